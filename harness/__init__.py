@@ -1,0 +1,2 @@
+"""The harness: the ``qaina-bench`` CLI, switch targets, P4Runtime control plane,
+network bring-up and measurement."""

@@ -1,0 +1,233 @@
+"""The P4Runtime control plane: one ``SwitchConnection`` per switch, either target.
+
+Names come from the P4Info of ``qaina.p4`` (``qaina_bench.p4.p4info``); values are
+ints and are encoded to canonical bytestrings here.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from pathlib import Path
+
+import grpc
+from google.rpc import code_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from ..p4.p4info import P4INFO_PATH, P4Info, decode, encode
+
+_ACTION = p4runtime_pb2.SetForwardingPipelineConfigRequest
+
+
+class ControlError(RuntimeError):
+    """A switch refused or did not answer a control-plane request."""
+
+
+def _describe(exc: grpc.RpcError) -> str:
+    return f"{exc.code().name}: {exc.details()}"
+
+
+class SwitchConnection:
+    """A primary P4Runtime client of one switch."""
+
+    def __init__(self, name: str, address: str, device_id: int, p4info: P4Info | None = None,
+                 election_id: tuple[int, int] = (0, 1)):
+        self.name = name
+        self.address = address
+        self.device_id = device_id
+        self.p4info = p4info or P4Info.load()
+        self.election_id = election_id
+        self.channel = grpc.insecure_channel(address)
+        self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
+        self._requests: queue.Queue = queue.Queue()
+        self._responses: queue.Queue = queue.Queue()
+        self._stream = None
+
+    # -- session -----------------------------------------------------------------------
+    def wait_ready(self, timeout: float) -> bool:
+        """True once the switch's gRPC server accepts connections."""
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=timeout)
+            return True
+        except grpc.FutureTimeoutError:
+            return False
+
+    def arbitrate(self, timeout: float = 5.0):
+        """Open the stream channel and become primary."""
+        def requests():
+            while True:
+                msg = self._requests.get()
+                if msg is None:
+                    return
+                yield msg
+
+        self._stream = self.stub.StreamChannel(requests())
+        threading.Thread(target=self._pump, daemon=True, name=f"p4rt-{self.name}").start()
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.arbitration.device_id = self.device_id
+        req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
+        self._requests.put(req)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = self._responses.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if isinstance(msg, grpc.RpcError):
+                raise ControlError(f"{self.name}: stream channel failed: {_describe(msg)}")
+            if msg.HasField("arbitration"):
+                if msg.arbitration.status.code != code_pb2.OK:
+                    raise ControlError(f"{self.name}: not primary: "
+                                       f"{msg.arbitration.status.message}")
+                return
+            if msg.HasField("error"):
+                raise ControlError(f"{self.name}: {msg.error.message}")
+        raise ControlError(f"{self.name}: no arbitration answer within {timeout:.0f} s")
+
+    def _pump(self):
+        try:
+            for msg in self._stream:
+                self._responses.put(msg)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                self._responses.put(exc)
+
+    def close(self):
+        self._requests.put(None)
+        if self._stream is not None:
+            self._stream.cancel()
+        self.channel.close()
+
+    def _call(self, what: str, fn, request):
+        try:
+            return fn(request, timeout=10)
+        except grpc.RpcError as exc:
+            raise ControlError(f"{self.name}: {what}: {_describe(exc)}") from None
+
+    # -- pipeline ----------------------------------------------------------------------
+    def set_pipeline(self, device_config: bytes = b"", cookie: int = 1):
+        req = p4runtime_pb2.SetForwardingPipelineConfigRequest()
+        req.device_id = self.device_id
+        req.election_id.high, req.election_id.low = self.election_id
+        req.action = _ACTION.VERIFY_AND_COMMIT
+        req.config.p4info.CopyFrom(self.p4info.proto)
+        req.config.p4_device_config = device_config
+        req.config.cookie.cookie = cookie
+        self._call("SetForwardingPipelineConfig", self.stub.SetForwardingPipelineConfig, req)
+
+    # -- writes ------------------------------------------------------------------------
+    def _write(self, what: str, updates):
+        req = p4runtime_pb2.WriteRequest()
+        req.device_id = self.device_id
+        req.election_id.high, req.election_id.low = self.election_id
+        req.updates.extend(updates)
+        self._call(what, self.stub.Write, req)
+
+    def table_entry(self, table: str, match: dict, action: str, params: dict | None = None,
+                    default: bool = False) -> p4runtime_pb2.TableEntry:
+        """A TableEntry; ``match`` maps field names to ints or (value, prefix_len)."""
+        t = self.p4info.table(table)
+        a = self.p4info.action(action)
+        e = p4runtime_pb2.TableEntry(table_id=t.id, is_default_action=default)
+        for fname, value in match.items():
+            mf = t.match_field(fname)
+            m = e.match.add(field_id=mf.id)
+            if mf.match_type == "LPM":
+                v, plen = value
+                if plen == 0:
+                    e.match.pop()  # a /0 prefix is expressed by omitting the field
+                    continue
+                m.lpm.value = encode(v, mf.bitwidth)
+                m.lpm.prefix_len = plen
+            else:
+                m.exact.value = encode(value, mf.bitwidth)
+        e.action.action.action_id = a.id
+        params = dict(params or {})
+        for p in a.params:
+            if p.name not in params:
+                raise ControlError(f"{a.name} needs parameter {p.name}")
+            e.action.action.params.add(param_id=p.id, value=encode(params.pop(p.name), p.bitwidth))
+        if params:
+            raise ControlError(f"{a.name} has no parameters {sorted(params)}")
+        return e
+
+    def insert(self, table: str, match: dict, action: str, params: dict | None = None):
+        entry = self.table_entry(table, match, action, params)
+        update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
+        update.entity.table_entry.CopyFrom(entry)
+        self._write(f"insert into {table}", [update])
+
+    def insert_many(self, entries):
+        """Insert ``(table, match, action, params)`` tuples in one Write."""
+        updates = []
+        for table, match, action, params in entries:
+            u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
+            u.entity.table_entry.CopyFrom(self.table_entry(table, match, action, params))
+            updates.append(u)
+        if updates:
+            self._write(f"insert {len(updates)} entries", updates)
+
+    def delete(self, table: str, match: dict, action: str, params: dict | None = None):
+        entry = self.table_entry(table, match, action, params)
+        update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.DELETE)
+        update.entity.table_entry.CopyFrom(entry)
+        self._write(f"delete from {table}", [update])
+
+    def set_multicast_group(self, group: int, replicas, insert: bool = True):
+        """``replicas``: (egress port, instance) pairs."""
+        u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT if insert
+                                 else p4runtime_pb2.Update.MODIFY)
+        g = u.entity.packet_replication_engine_entry.multicast_group_entry
+        g.multicast_group_id = group
+        for port, instance in replicas:
+            g.replicas.add(egress_port=port, instance=instance)
+        self._write(f"multicast group {group}", [u])
+
+    # -- reads -------------------------------------------------------------------------
+    def _read(self, what: str, entity) -> list:
+        req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
+        req.entities.add().CopyFrom(entity)
+        try:
+            return [e for resp in self.stub.Read(req, timeout=10) for e in resp.entities]
+        except grpc.RpcError as exc:
+            raise ControlError(f"{self.name}: read {what}: {_describe(exc)}") from None
+
+    def read_counter(self, name: str) -> dict[int, tuple[int, int]]:
+        """``{index: (packets, bytes)}`` of one counter array."""
+        c = self.p4info.counter(name)
+        entity = p4runtime_pb2.Entity()
+        entity.counter_entry.counter_id = c.id
+        return {e.counter_entry.index.index: (e.counter_entry.data.packet_count,
+                                              e.counter_entry.data.byte_count)
+                for e in self._read(f"counter {name}", entity)}
+
+    def read_counters(self) -> dict[str, dict[int, tuple[int, int]]]:
+        """All counters in one Read: ``{name: {index: (packets, bytes)}}``."""
+        entity = p4runtime_pb2.Entity()
+        entity.counter_entry.counter_id = 0
+        out: dict[str, dict] = {c.name: {} for c in self.p4info.counters.values()}
+        for e in self._read("counters", entity):
+            c = e.counter_entry
+            out[self.p4info.counter(c.counter_id).name][c.index.index] = (
+                c.data.packet_count, c.data.byte_count)
+        return out
+
+    def read_register(self, name: str, index: int | None = None) -> dict[int, int]:
+        """Register cells (the embedded switch serves these; BMv2 answers UNIMPLEMENTED)."""
+        r = self.p4info.register(name)
+        entity = p4runtime_pb2.Entity()
+        entity.register_entry.register_id = r.id
+        if index is not None:
+            entity.register_entry.index.index = index
+        return {e.register_entry.index.index: decode(e.register_entry.data.bitstring)
+                for e in self._read(f"register {name}", entity)}
+
+    def read_table(self, name: str) -> list:
+        entity = p4runtime_pb2.Entity()
+        entity.table_entry.table_id = self.p4info.table(name).id
+        return [e.table_entry for e in self._read(f"table {name}", entity)]
+
+
+def load_p4info(path: str | Path | None = None) -> P4Info:
+    return P4Info.load(path or P4INFO_PATH)

@@ -1,0 +1,219 @@
+"""Scaled stochastic quantization of gradients into switch lanes.
+
+A flattened gradient is cut into chunks of ``chunk_elems`` consecutive elements. Every
+chunk ``c`` has a scale ``2**e[c]`` with ``|g| <= 2**e[c]`` for all its elements; the
+workers of a job must use the same ``e[c]`` (the maximum of their own exponents, see
+:func:`agree_exponents`), or the integer sums the switch makes mean nothing.
+
+With ``x = g / 2**e`` in ``[-1, 1]`` and the job's :class:`~.lanes.LaneFormat`:
+
+* b = 2..8 (QSGD): level ``q`` is ``x * L`` rounded stochastically to one of its two
+  neighbouring integers, up with probability equal to the fractional part, so
+  ``E[q] * 2**e / L == g`` and ``|q * 2**e / L - g| < 2**e / L``;
+* b = 1 (stochastic sign): ``u`` in {0, 1} with ``P(u = 1) = (1 + x) / 2``, so
+  ``E[2u - 1] * 2**e == g``;
+* b = 32 (fixed point, the SwitchML-style baseline): the same rule as b = 2..8 with
+  ``L = fmt.levels = (2**31 - 1) // n``, computed in float64; rounding to nearest is
+  the usual choice there (``stochastic=False``).
+
+The receiver turns the sum of the workers' levels back into the summed gradient:
+``sum * 2**e / L`` (b = 1: ``(2s - n) * 2**e``, the level sum that
+:meth:`LaneFormat.unpack_sum` already returns).
+
+Chunks line up with words: ``chunk_elems`` must be a multiple of the format's lanes
+per word ``m``, and chunk ``c`` then occupies words ``c * chunk_elems // m`` up to the
+next chunk's first word (the last chunk may be short; its final word is padded with
+the encoding of level 0, which :meth:`Quantizer.decode` drops again).
+
+Rounding happens in float32 for b <= 8 (float64 for b = 32). The stochastic rounding
+is exact up to that arithmetic: the rounding-up probability is off by less than
+``2**-15`` of a level, far below the quantization noise itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .lanes import WORD_BITS, LaneFormat
+
+#: Smallest exponent a chunk scale may have. An all-zero chunk gets it. It keeps
+#: ``L / 2**e`` and ``2**e / L`` normal float32 numbers for every ``L <= 127``.
+EXP_MIN = -100
+#: Largest exponent: the int8 range, enough for every finite float32 below 2**127.
+EXP_MAX = 127
+
+
+def chunk_count(elements: int, chunk_elems: int) -> int:
+    """Number of chunks (the last may be short) of ``elements`` values."""
+    if chunk_elems <= 0:
+        raise ValueError(f"chunk_elems must be positive, not {chunk_elems}")
+    return -(-elements // chunk_elems)
+
+
+def chunk_exponents(grad: np.ndarray, chunk_elems: int) -> np.ndarray:
+    """Per chunk, the smallest integer ``e`` with ``max|g| <= 2**e``, as int8.
+
+    Chunks are ``chunk_elems`` consecutive elements of the flattened ``grad``; the last
+    chunk may be short. An all-zero chunk, and any chunk below ``2**EXP_MIN``, gets
+    ``EXP_MIN``. A non-finite value, or one beyond ``2**EXP_MAX``, is a ValueError.
+    """
+    g = np.asarray(grad).reshape(-1)
+    chunks = chunk_count(len(g), chunk_elems)
+    if chunks == 0:
+        return np.zeros(0, dtype=np.int8)
+    full = len(g) // chunk_elems
+    peak = np.empty(chunks, dtype=g.dtype if g.dtype.kind == "f" else np.float64)
+    magnitude = np.abs(g)
+    if full:
+        magnitude[: full * chunk_elems].reshape(full, chunk_elems).max(axis=1, out=peak[:full])
+    if full < chunks:
+        peak[full] = magnitude[full * chunk_elems:].max()
+    if not np.isfinite(peak).all():
+        raise ValueError("gradient holds a non-finite value (inf or nan)")
+    mantissa, exponent = np.frexp(peak)  # peak = mantissa * 2**exponent, 0.5 <= mantissa < 1
+    e = exponent.astype(np.int32) - (mantissa == 0.5)  # exact powers of two: 2**(x-1)
+    e[peak == 0] = EXP_MIN
+    if e.max() > EXP_MAX:
+        raise ValueError(f"gradient magnitude beyond 2**{EXP_MAX}")
+    return np.maximum(e, EXP_MIN).astype(np.int8)
+
+
+def agree_exponents(*worker_exps: np.ndarray) -> np.ndarray:
+    """The exponents a job uses: per chunk the maximum over the workers' own."""
+    if not worker_exps:
+        raise ValueError("no exponents to agree on")
+    return np.maximum.reduce([np.asarray(e, dtype=np.int8) for e in worker_exps])
+
+
+class Quantizer:
+    """Quantizes gradients to a job's lane format and dequantizes aggregated sums.
+
+    ``rng`` drives the stochastic rounding (a fresh generator if None). With
+    ``stochastic=False`` values round to the nearest level instead (b = 1: the sign),
+    which is biased for b <= 8 but the usual choice for the b = 32 baseline.
+
+    One instance keeps scratch buffers between calls: use one per thread.
+    """
+
+    def __init__(self, fmt: LaneFormat, rng: np.random.Generator | None = None,
+                 stochastic: bool = True):
+        self.fmt = fmt
+        self.rng = np.random.default_rng() if rng is None else rng
+        self.stochastic = stochastic
+        self.dtype = np.dtype(np.float64 if fmt.bits == WORD_BITS else np.float32)
+        # u = floor(g * (gain / 2**e) + centre + r), clipped to 0..2*centre, r in [0, 1)
+        if fmt.bits == 1:
+            self._gain, self._centre = 0.5, 0.5  # u = 1 with probability (1 + x) / 2
+        else:
+            self._gain, self._centre = float(fmt.levels), float(fmt.levels)
+        self._scaled = np.empty(0, dtype=self.dtype)
+        self._noise = np.empty(0, dtype=self.dtype)
+
+    def __repr__(self):
+        rounding = "stochastic" if self.stochastic else "nearest"
+        return f"Quantizer({self.fmt.describe()}, {rounding})"
+
+    # -- layout -------------------------------------------------------------------------
+    def check_chunk(self, chunk_elems: int) -> None:
+        """Raise ValueError unless chunks of ``chunk_elems`` start on word boundaries."""
+        if chunk_elems <= 0 or chunk_elems % self.fmt.lanes:
+            raise ValueError(f"chunk_elems={chunk_elems} is not a positive multiple of "
+                             f"the {self.fmt.lanes} lanes per word of {self.fmt.describe()}")
+
+    def chunk_words(self, chunk_elems: int) -> int:
+        """Words one full chunk of ``chunk_elems`` elements occupies."""
+        self.check_chunk(chunk_elems)
+        return chunk_elems // self.fmt.lanes
+
+    # -- quantization -------------------------------------------------------------------
+    def quantize(self, grad: np.ndarray, exps: np.ndarray, chunk_elems: int) -> np.ndarray:
+        """Levels (int32) of the flattened ``grad`` under per-chunk exponents ``exps``.
+
+        b >= 2: levels in -L..L; b = 1: values in {0, 1} (1 meaning +1).
+        """
+        u = self._encodings(grad, exps, chunk_elems)
+        if self.fmt.bits == WORD_BITS:
+            return (u.astype(np.int64) - self.fmt.offset).astype(np.int32)
+        levels = u.view(np.int32)  # u <= 2L < 2**31: the same bits
+        levels -= self.fmt.offset
+        return levels
+
+    def dequantize_sum(self, level_sums: np.ndarray, exps: np.ndarray,
+                       chunk_elems: int) -> np.ndarray:
+        """float32 gradient sum from the workers' summed levels (b = 1: ``2s - n``)."""
+        sums = np.asarray(level_sums)
+        out = sums.astype(self.dtype)
+        factors = np.ldexp(1.0 / self._gain_for_sum(), self._exponents(exps, len(sums),
+                                                                       chunk_elems))
+        _scale_chunks(out, factors.astype(self.dtype), chunk_elems, out)
+        return out if out.dtype == np.float32 else out.astype(np.float32)
+
+    def encode(self, grad: np.ndarray, exps: np.ndarray, chunk_elems: int) -> np.ndarray:
+        """Quantize and pack a flattened gradient into uint32 words, chunk after chunk."""
+        self.check_chunk(chunk_elems)
+        return self.fmt.pack_lanes(self._encodings(grad, exps, chunk_elems))
+
+    def decode(self, words: np.ndarray, exps: np.ndarray, count: int,
+               chunk_elems: int) -> np.ndarray:
+        """float32 sum of ``count`` elements from aggregated words."""
+        self.check_chunk(chunk_elems)
+        if len(words) < self.fmt.words_for(count):
+            raise ValueError(f"{len(words)} words cannot hold {count} elements "
+                             f"({self.fmt.describe()})")
+        return self.dequantize_sum(self.fmt.unpack_sum(words, count), exps, chunk_elems)
+
+    # -- internals ----------------------------------------------------------------------
+    def _gain_for_sum(self) -> float:
+        # b = 1 level sums are 2s - n, already in units of 2**e; otherwise units of 2**e/L
+        return 1.0 if self.fmt.bits == 1 else self._gain
+
+    def _exponents(self, exps, elements: int, chunk_elems: int) -> np.ndarray:
+        exps = np.asarray(exps)
+        if exps.dtype.kind not in "iu":
+            raise TypeError(f"exponents must be integers, not {exps.dtype}")
+        chunks = chunk_count(elements, chunk_elems)
+        if exps.shape != (chunks,):
+            raise ValueError(f"{elements} elements in chunks of {chunk_elems} need "
+                             f"{chunks} exponents, got shape {exps.shape}")
+        return np.clip(exps.astype(np.int32), EXP_MIN, EXP_MAX)
+
+    def _buffer(self, name: str, size: int) -> np.ndarray:
+        buf = getattr(self, name)
+        if len(buf) < size:
+            buf = np.empty(size, dtype=self.dtype)
+            setattr(self, name, buf)
+        return buf[:size]
+
+    def _encodings(self, grad, exps, chunk_elems: int) -> np.ndarray:
+        """Offset-binary lane values u (uint32, 0..2*centre) of the flattened gradient."""
+        g = np.asarray(grad).reshape(-1)
+        if g.dtype.kind != "f":
+            raise TypeError(f"gradient must be floating point, not {g.dtype}")
+        n = len(g)
+        e = self._exponents(exps, n, chunk_elems)
+        gains = np.ldexp(self._gain, -e).astype(self.dtype)  # per chunk: gain / 2**e
+        y = self._buffer("_scaled", n)
+        _scale_chunks(g, gains, chunk_elems, y)
+        if self.stochastic:
+            y += self.rng.random(dtype=self.dtype, out=self._buffer("_noise", n))
+            y += self._centre
+        else:
+            y += self._centre + 0.5
+        # |x| <= 1 keeps y within 0..2*centre+1; the clip removes the top value that
+        # float rounding of (2*centre + r) can produce, and keeps wrong exponents from
+        # spilling into a neighbour lane. For y >= 0 the cast truncates, i.e. floors.
+        np.clip(y, 0.0, 2.0 * self._centre, out=y)
+        return y.astype(np.uint32)
+
+
+def _scale_chunks(values: np.ndarray, factors: np.ndarray, chunk_elems: int,
+                  out: np.ndarray) -> None:
+    """out[i] = values[i] * factors[i // chunk_elems], without a per-element factor array."""
+    n = len(values)
+    full = n // chunk_elems
+    cut = full * chunk_elems
+    if full:
+        np.multiply(values[:cut].reshape(full, chunk_elems), factors[:full, None],
+                    out=out[:cut].reshape(full, chunk_elems))
+    if cut < n:
+        np.multiply(values[cut:], factors[full], out=out[cut:])

@@ -1,0 +1,38 @@
+"""The embedded switch: ``qaina.p4`` in software, served over P4Runtime.
+
+``pipeline.py`` is the data plane (parser, ingress, PRE, egress), ``runtime.py`` the
+P4Runtime server, ``ports.py`` the AF_PACKET ports, ``__main__.py`` the command line.
+"""
+
+from __future__ import annotations
+
+from .pipeline import Pipeline
+from .ports import PortSet
+from .runtime import Device, serve
+
+
+class EmbeddedSwitch:
+    """Ports, a P4Runtime device and its server, wired together."""
+
+    def __init__(self, interfaces: dict[int, str], device_id: int = 1,
+                 grpc_addr: str = "127.0.0.1:9559"):
+        self.ports = PortSet(interfaces)
+        self.device = Device(device_id, self._make_pipeline)
+        try:
+            self.server = serve(self.device, grpc_addr)
+        except Exception:
+            self.ports.close()
+            raise
+
+    def _make_pipeline(self, p4info):
+        return Pipeline(p4info, tx=self.ports.send)
+
+    def run(self):
+        self.ports.run(self.device)
+
+    def stop(self):
+        self.ports.stop()
+
+    def close(self):
+        self.server.stop(grace=0.5)
+        self.ports.close()

@@ -1,0 +1,78 @@
+"""Run one embedded QAINA switch, the way ``simple_switch_grpc --no-p4`` runs:
+
+    python -m qaina_bench.p4.embedded --device-id 1 --grpc-addr 127.0.0.1:9559 \\
+        --interface 1@s1-eth1 --interface 2@s1-eth2 --log /tmp/s1.log
+
+The switch starts without a program; the control plane sends the P4Info of
+``qaina.p4`` with SetForwardingPipelineConfig, then programs the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+
+from . import EmbeddedSwitch
+from .ports import PortError
+
+
+def parse_interface(text: str) -> tuple[int, str]:
+    port, sep, ifname = text.partition("@")
+    if not sep or not port.isdigit() or not ifname:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected PORT@IFNAME, e.g. 1@veth0")
+    if not 0 <= int(port) < 511:
+        raise argparse.ArgumentTypeError(f"{text!r}: port numbers are 0..510 (bit<9>, 511 drops)")
+    return int(port), ifname
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m qaina_bench.p4.embedded",
+                                 description="Embedded QAINA switch (qaina.p4 in software, "
+                                             "programmed over P4Runtime).")
+    ap.add_argument("-i", "--interface", action="append", type=parse_interface, default=[],
+                    metavar="PORT@IFNAME", help="attach interface IFNAME as port PORT")
+    ap.add_argument("--device-id", type=int, default=1)
+    ap.add_argument("--grpc-addr", default="127.0.0.1:9559", help="P4Runtime address")
+    ap.add_argument("--log", help="log file (default: stderr)")
+    ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    ap.add_argument("--cpu", type=int, help="pin the switch to this CPU")
+    args = ap.parse_args(argv)
+
+    logging.basicConfig(filename=args.log, level=args.log_level.upper(),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    log = logging.getLogger("qaina.switch")
+    ports = dict(args.interface)
+    if len(ports) != len(args.interface):
+        ap.error("a port number is given twice")
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    try:
+        switch = EmbeddedSwitch(ports, device_id=args.device_id, grpc_addr=args.grpc_addr)
+    except (PortError, OSError) as exc:
+        log.error("%s", exc)
+        print(f"qaina switch: {exc}", file=sys.stderr)
+        return 2
+
+    def stop(signum, frame):
+        switch.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("device %d: P4Runtime on %s, ports %s", args.device_id, args.grpc_addr,
+             ", ".join(f"{n}@{i}" for n, i in sorted(ports.items())))
+    started = time.monotonic()
+    try:
+        switch.run()
+    finally:
+        switch.close()
+        log.info("stopped after %.1f s; port stats %s", time.monotonic() - started,
+                 switch.ports.stats())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,407 @@
+"""P4Runtime server of the embedded switch.
+
+Serves the subset of P4Runtime that the harness and ``p4runtime-shell`` use:
+StreamChannel arbitration, Capabilities, Set/GetForwardingPipelineConfig (the P4Info
+must be that of ``qaina.p4``; device config bytes are ignored), Write of table entries
+(insert / modify / delete, default entries) and of multicast groups, Read of table
+entries, multicast groups, counter entries and register entries. Anything else is
+answered with a gRPC status (UNIMPLEMENTED, INVALID_ARGUMENT, ...), never a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent import futures
+
+import grpc
+from google.rpc import code_pb2, status_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from ..p4info import P4Info, decode, encode
+from .pipeline import Pipeline, PipelineError
+
+log = logging.getLogger("qaina.switch.p4runtime")
+
+API_VERSION = "1.4.1"
+_UPDATE = p4runtime_pb2.Update
+_ACTION = p4runtime_pb2.SetForwardingPipelineConfigRequest
+
+
+def _abort(context, code: str, message: str):
+    context.abort(getattr(grpc.StatusCode, code), message)
+
+
+def _election(eid) -> tuple[int, int]:
+    return (eid.high, eid.low)
+
+
+class Device:
+    """One switch as P4Runtime sees it: device id, pipeline config, primary client."""
+
+    def __init__(self, device_id: int, make_pipeline):
+        self.device_id = device_id
+        self.make_pipeline = make_pipeline  # P4Info -> Pipeline (installed in the switch)
+        self.pipeline: Pipeline | None = None
+        self.config = None  # ForwardingPipelineConfig as last set
+        self.lock = threading.RLock()
+        self.primary: tuple[int, int] | None = None
+        self.streams: dict[int, tuple] = {}  # stream key -> (election id, out queue)
+
+
+class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
+    """The gRPC servicer; all state it changes belongs to ``Device``."""
+
+    def __init__(self, device: Device):
+        self.device = device
+
+    # -- helpers -----------------------------------------------------------------------
+    def _check_device(self, device_id, context):
+        if device_id != self.device.device_id:
+            _abort(context, "NOT_FOUND", f"no device {device_id} here "
+                   f"(this switch is device {self.device.device_id})")
+
+    def _check_primary(self, election_id, context):
+        if self.device.primary is None or _election(election_id) != self.device.primary:
+            _abort(context, "PERMISSION_DENIED", "only the primary client may write; "
+                   "open a StreamChannel with the highest election id first")
+
+    def _pipeline(self, context) -> Pipeline:
+        if self.device.pipeline is None:
+            _abort(context, "FAILED_PRECONDITION",
+                   "no forwarding pipeline config set (SetForwardingPipelineConfig first)")
+        return self.device.pipeline
+
+    # -- RPCs --------------------------------------------------------------------------
+    def Capabilities(self, request, context):
+        return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
+
+    def StreamChannel(self, request_iterator, context):
+        out: queue.Queue = queue.Queue()
+        key = id(out)
+
+        def reader():
+            try:
+                for msg in request_iterator:
+                    kind = msg.WhichOneof("update")
+                    if kind == "arbitration":
+                        self._arbitrate(key, msg.arbitration, out)
+                    elif kind == "packet":
+                        out.put(self._stream_error(code_pb2.UNIMPLEMENTED,
+                                                   "this switch has no CPU port"))
+                    else:
+                        out.put(self._stream_error(code_pb2.UNIMPLEMENTED,
+                                                   f"stream message {kind} not supported"))
+            except grpc.RpcError:
+                pass
+            finally:
+                self._disconnect(key)
+                out.put(None)
+
+        threading.Thread(target=reader, daemon=True, name="p4rt-stream").start()
+        while True:
+            msg = out.get()
+            if msg is None:
+                return
+            yield msg
+
+    def _stream_error(self, code, message):
+        resp = p4runtime_pb2.StreamMessageResponse()
+        resp.error.canonical_code = code
+        resp.error.message = message
+        return resp
+
+    def _arbitrate(self, key, arbitration, out):
+        dev = self.device
+        if arbitration.device_id != dev.device_id:
+            out.put(self._stream_error(code_pb2.NOT_FOUND,
+                                       f"no device {arbitration.device_id} here"))
+            return
+        with dev.lock:
+            dev.streams[key] = (_election(arbitration.election_id), out)
+            self._announce()
+
+    def _disconnect(self, key):
+        with self.device.lock:
+            if self.device.streams.pop(key, None) is not None:
+                self._announce()
+
+    def _announce(self):
+        """Tell every client who is primary (the highest election id connected)."""
+        dev = self.device
+        dev.primary = max((e for e, _ in dev.streams.values()), default=None)
+        for election, out in dev.streams.values():
+            resp = p4runtime_pb2.StreamMessageResponse()
+            arb = resp.arbitration
+            arb.device_id = dev.device_id
+            if dev.primary is not None:
+                arb.election_id.high, arb.election_id.low = dev.primary
+            arb.status.code = code_pb2.OK if election == dev.primary else code_pb2.ALREADY_EXISTS
+            arb.status.message = "primary" if election == dev.primary else "backup"
+            out.put(resp)
+
+    def SetForwardingPipelineConfig(self, request, context):
+        self._check_device(request.device_id, context)
+        if request.action == _ACTION.UNSPECIFIED:
+            _abort(context, "INVALID_ARGUMENT", "action must be set")
+        if request.action in (_ACTION.RECONCILE_AND_COMMIT, _ACTION.COMMIT):
+            _abort(context, "UNIMPLEMENTED", "use VERIFY_AND_COMMIT (or VERIFY)")
+        self._check_primary(request.election_id, context)
+        try:
+            info = P4Info(request.config.p4info)
+            with self.device.lock:
+                pipeline = self.device.make_pipeline(info)
+                if request.action == _ACTION.VERIFY:
+                    return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+                self.device.pipeline = pipeline
+                self.device.config = p4runtime_pb2.ForwardingPipelineConfig()
+                self.device.config.CopyFrom(request.config)
+        except (KeyError, ValueError, PipelineError) as exc:
+            _abort(context, "INVALID_ARGUMENT",
+                   f"this embedded switch runs qaina.p4 only; the P4Info does not fit: {exc}")
+        log.info("pipeline config set (cookie %d)", request.config.cookie.cookie)
+        return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+
+    def GetForwardingPipelineConfig(self, request, context):
+        self._check_device(request.device_id, context)
+        if self.device.config is None:
+            _abort(context, "FAILED_PRECONDITION", "no forwarding pipeline config set")
+        resp = p4runtime_pb2.GetForwardingPipelineConfigResponse()
+        kind = request.response_type
+        R = p4runtime_pb2.GetForwardingPipelineConfigRequest
+        if kind in (R.ALL, R.P4INFO_AND_COOKIE):
+            resp.config.p4info.CopyFrom(self.device.config.p4info)
+        if kind in (R.ALL, R.DEVICE_CONFIG_AND_COOKIE):
+            resp.config.p4_device_config = self.device.config.p4_device_config
+        resp.config.cookie.CopyFrom(self.device.config.cookie)
+        return resp
+
+    def Write(self, request, context):
+        self._check_device(request.device_id, context)
+        self._check_primary(request.election_id, context)
+        pipeline = self._pipeline(context)
+        with self.device.lock:
+            for update in request.updates:
+                try:
+                    self._write_one(pipeline, update)
+                except PipelineError as exc:
+                    _abort(context, exc.code, str(exc))
+                except (KeyError, ValueError) as exc:
+                    _abort(context, "INVALID_ARGUMENT", str(exc))
+        return p4runtime_pb2.WriteResponse()
+
+    def _write_one(self, pipeline: Pipeline, update):
+        entity = update.entity
+        kind = entity.WhichOneof("entity")
+        if kind == "table_entry":
+            self._write_table(pipeline, update.type, entity.table_entry)
+        elif kind == "packet_replication_engine_entry":
+            pre = entity.packet_replication_engine_entry
+            if pre.WhichOneof("type") != "multicast_group_entry":
+                raise PipelineError("UNIMPLEMENTED", "only multicast groups are supported")
+            self._write_mcast(pipeline, update.type, pre.multicast_group_entry)
+        elif kind in ("counter_entry", "register_entry"):
+            raise PipelineError("UNIMPLEMENTED", f"writing {kind} is not supported")
+        else:
+            raise PipelineError("UNIMPLEMENTED", f"{kind} is not supported by this switch")
+
+    def _table(self, pipeline: Pipeline, table_id: int):
+        table = pipeline.tables.get(table_id)
+        if table is None:
+            raise PipelineError("NOT_FOUND", f"no table with id {table_id}")
+        return table
+
+    @staticmethod
+    def _key(table, entry):
+        fields = {m.field_id: m for m in entry.match}
+        key = []
+        for mf in table.info.match_fields:
+            m = fields.pop(mf.id, None)
+            if mf.match_type == "LPM":
+                if m is None:
+                    key.append((0, 0))
+                elif m.WhichOneof("field_match_type") != "lpm":
+                    raise PipelineError("INVALID_ARGUMENT", f"{mf.name} is an LPM field")
+                else:
+                    key.append((decode(m.lpm.value, mf.bitwidth), m.lpm.prefix_len))
+            else:
+                if m is None or m.WhichOneof("field_match_type") != "exact":
+                    raise PipelineError("INVALID_ARGUMENT", f"{mf.name}: exact value required")
+                key.append(decode(m.exact.value, mf.bitwidth))
+        if fields:
+            raise PipelineError("INVALID_ARGUMENT", f"unknown match field ids {sorted(fields)}")
+        return tuple(key)
+
+    @staticmethod
+    def _action(table, entry):
+        if entry.action.WhichOneof("type") != "action":
+            raise PipelineError("UNIMPLEMENTED", "only direct actions are supported")
+        a = entry.action.action
+        info = table.actions.get(a.action_id)
+        if info is None:
+            raise PipelineError("INVALID_ARGUMENT",
+                                f"action id {a.action_id} is not an action of {table.name}")
+        given = {p.param_id: p.value for p in a.params}
+        params = []
+        for p in info.params:
+            if p.id not in given:
+                raise PipelineError("INVALID_ARGUMENT", f"{info.name}: missing {p.name}")
+            params.append(decode(given.pop(p.id), p.bitwidth))
+        if given:
+            raise PipelineError("INVALID_ARGUMENT", f"{info.name}: unknown params {sorted(given)}")
+        return a.action_id, tuple(params)
+
+    def _write_table(self, pipeline, kind, entry):
+        table = self._table(pipeline, entry.table_id)
+        if entry.is_default_action:
+            if kind != _UPDATE.MODIFY:
+                raise PipelineError("INVALID_ARGUMENT", "the default entry can only be modified")
+            table.set_default(*self._action(table, entry))
+            return
+        key = self._key(table, entry)
+        if kind == _UPDATE.INSERT:
+            table.insert(key, *self._action(table, entry))
+        elif kind == _UPDATE.MODIFY:
+            table.modify(key, *self._action(table, entry))
+        elif kind == _UPDATE.DELETE:
+            table.delete(key)
+        else:
+            raise PipelineError("INVALID_ARGUMENT", "update type must be set")
+
+    @staticmethod
+    def _write_mcast(pipeline, kind, group):
+        gid = group.multicast_group_id
+        if gid == 0:
+            raise PipelineError("INVALID_ARGUMENT", "multicast group id 0 is reserved")
+        replicas = []
+        for r in group.replicas:
+            port = decode(r.port) if r.port else r.egress_port
+            replicas.append((port, r.instance))
+        exists = gid in pipeline.mcast_groups
+        if kind == _UPDATE.INSERT:
+            if exists:
+                raise PipelineError("ALREADY_EXISTS", f"multicast group {gid} exists")
+            pipeline.mcast_groups[gid] = replicas
+        elif kind == _UPDATE.MODIFY:
+            if not exists:
+                raise PipelineError("NOT_FOUND", f"no multicast group {gid}")
+            pipeline.mcast_groups[gid] = replicas
+        elif kind == _UPDATE.DELETE:
+            if not exists:
+                raise PipelineError("NOT_FOUND", f"no multicast group {gid}")
+            del pipeline.mcast_groups[gid]
+        else:
+            raise PipelineError("INVALID_ARGUMENT", "update type must be set")
+
+    # -- Read --------------------------------------------------------------------------
+    def Read(self, request, context):
+        self._check_device(request.device_id, context)
+        pipeline = self._pipeline(context)
+        resp = p4runtime_pb2.ReadResponse()
+        with self.device.lock:
+            for entity in request.entities:
+                kind = entity.WhichOneof("entity")
+                try:
+                    reader = getattr(self, "_read_" + (kind or "none"), None)
+                    if reader is None:
+                        raise PipelineError("UNIMPLEMENTED", f"reading {kind} is not supported")
+                    reader(pipeline, getattr(entity, kind), resp)
+                except PipelineError as exc:
+                    _abort(context, exc.code, str(exc))
+        yield resp
+
+    def _read_table_entry(self, pipeline, query, resp):
+        tables = (pipeline.tables.values() if query.table_id == 0
+                  else [self._table(pipeline, query.table_id)])
+        for table in tables:
+            if query.is_default_action:
+                self._emit_table_entry(resp, table, None, table.default)
+                continue
+            for key, action in table.entries.items():
+                self._emit_table_entry(resp, table, key, action)
+
+    def _emit_table_entry(self, resp, table, key, action):
+        e = resp.entities.add().table_entry
+        e.table_id = table.info.id
+        if key is None:
+            e.is_default_action = True
+        else:
+            for mf, value in zip(table.info.match_fields, key):
+                m = e.match.add()
+                m.field_id = mf.id
+                if mf.match_type == "LPM":
+                    if value[1] == 0:  # a wildcard LPM field is omitted
+                        e.match.pop()
+                        continue
+                    m.lpm.value = encode(value[0], mf.bitwidth)
+                    m.lpm.prefix_len = value[1]
+                else:
+                    m.exact.value = encode(value, mf.bitwidth)
+        name, params = action
+        ainfo = self.device.pipeline.p4info.action(name)
+        e.action.action.action_id = ainfo.id
+        for p, v in zip(ainfo.params, params):
+            ap = e.action.action.params.add()
+            ap.param_id = p.id
+            ap.value = encode(v, p.bitwidth)
+
+    def _read_packet_replication_engine_entry(self, pipeline, query, resp):
+        if query.WhichOneof("type") != "multicast_group_entry":
+            raise PipelineError("UNIMPLEMENTED", "only multicast groups are supported")
+        gid = query.multicast_group_entry.multicast_group_id
+        groups = pipeline.mcast_groups
+        if gid != 0:
+            groups = {gid: groups[gid]} if gid in groups else {}
+        for g, replicas in sorted(groups.items()):
+            m = resp.entities.add().packet_replication_engine_entry.multicast_group_entry
+            m.multicast_group_id = g
+            for port, rid in replicas:
+                r = m.replicas.add()
+                r.egress_port = port
+                r.instance = rid
+
+    def _arrays(self, kinds: dict, array_id: int, what: str, p4info_kind):
+        if array_id == 0:
+            return [(p4info_kind[i], kinds[p4info_kind[i].name]) for i in sorted(p4info_kind)]
+        if array_id not in p4info_kind:
+            raise PipelineError("NOT_FOUND", f"no {what} with id {array_id}")
+        return [(p4info_kind[array_id], kinds[p4info_kind[array_id].name])]
+
+    @staticmethod
+    def _indexes(query, size):
+        if query.HasField("index"):
+            if not 0 <= query.index.index < size:
+                raise PipelineError("OUT_OF_RANGE", f"index {query.index.index} >= {size}")
+            return [query.index.index]
+        return range(size)
+
+    def _read_counter_entry(self, pipeline, query, resp):
+        info = pipeline.p4info.counters
+        for cinfo, arr in self._arrays(pipeline.counters, query.counter_id, "counter", info):
+            for i in self._indexes(query, cinfo.size):
+                c = resp.entities.add().counter_entry
+                c.counter_id = cinfo.id
+                c.index.index = i
+                c.data.packet_count = int(arr[i, 0])
+                c.data.byte_count = int(arr[i, 1])
+
+    def _read_register_entry(self, pipeline, query, resp):
+        info = pipeline.p4info.registers
+        for rinfo, arr in self._arrays(pipeline.registers, query.register_id, "register", info):
+            for i in self._indexes(query, rinfo.size):
+                r = resp.entities.add().register_entry
+                r.register_id = rinfo.id
+                r.index.index = i
+                r.data.bitstring = encode(int(arr[i]), rinfo.bitwidth)
+
+
+def serve(device: Device, address: str, workers: int = 4) -> grpc.Server:
+    """Start the P4Runtime server on ``address`` (host:port); returns the server."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers,
+                                                    thread_name_prefix="p4rt"))
+    p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(P4RuntimeServicer(device), server)
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot listen for P4Runtime on {address}")
+    server.start()
+    return server

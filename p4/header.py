@@ -1,0 +1,159 @@
+"""The QAINA header, declared once.
+
+``QAINA_FIELDS`` is the one definition of the aggregation header. Everything else is
+derived from it: the struct format of the hosts' fast path, the numpy dtype of whole
+packets, the scapy layer (``QAINA``, bound to UDP port ``QAINA_UDP_PORT``) and the
+P4 ``header qaina_h`` text that ``qaina.p4`` must contain (a test checks it does).
+
+Wire layout of an aggregation packet::
+
+    Ethernet(14) / IPv4(20, no options) / UDP(8, dport QAINA_UDP_PORT) /
+    QAINA(12) / payload: QAINA_WORDS x 32-bit words, network byte order
+
+The fields:
+
+* ``job_id``  which job (a key of the switch's ``job_table``);
+* ``worker``  sender's worker index (``0..n-1``); on results, the receiver's index;
+* ``flags``   ``FLAG_RESULT`` on switch-to-worker results, ``FLAG_RETX`` when a worker
+              resends a contribution after a timeout;
+* ``slot``    slot in the switch's shared pool (absolute, inside the job's range);
+* ``ver``     which of the slot's two copies (0/1); a worker flips it on every reuse;
+* ``exp``     signed scale exponent: a worker piggy-backs the exponent of the chunk it
+              will send next in this slot; results carry the maximum over the workers;
+* ``seq``     chunk sequence number in the job's stream (echoed on results).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+QAINA_UDP_PORT = 20801
+QAINA_WORDS = 32  # payload words per packet; see p4/README.md for why 32
+
+FLAG_RESULT = 0x01
+FLAG_RETX = 0x02
+
+ETH_LEN, IPV4_LEN, UDP_LEN = 14, 20, 8
+
+
+@dataclass(frozen=True)
+class Field:
+    """One header field: name, width in bits, signedness, meaning."""
+
+    name: str
+    bits: int
+    signed: bool = False
+    doc: str = ""
+
+
+QAINA_FIELDS = (
+    Field("job_id", 16, doc="job id, key of job_table"),
+    Field("worker", 8, doc="worker index of the sender (results: of the receiver)"),
+    Field("flags", 8, doc="FLAG_RESULT | FLAG_RETX"),
+    Field("slot", 16, doc="slot in the shared pool"),
+    Field("ver", 8, doc="slot copy 0/1, flipped on every reuse of the slot"),
+    Field("exp", 8, signed=True, doc="scale exponent (next chunk's / agreed maximum)"),
+    Field("seq", 32, doc="chunk sequence number in the job's stream"),
+)
+
+_STRUCT_CODE = {(8, False): "B", (8, True): "b", (16, False): "H", (16, True): "h",
+                (32, False): "I", (32, True): "i"}
+_NUMPY_CODE = {(8, False): "u1", (8, True): "i1", (16, False): ">u2", (16, True): ">i2",
+               (32, False): ">u4", (32, True): ">i4"}
+
+FIELD_NAMES = tuple(f.name for f in QAINA_FIELDS)
+QAINA_STRUCT = struct.Struct("!" + "".join(_STRUCT_CODE[f.bits, f.signed] for f in QAINA_FIELDS))
+QAINA_LEN = QAINA_STRUCT.size
+PAYLOAD_LEN = 4 * QAINA_WORDS
+UDP_TOTAL_LEN = UDP_LEN + QAINA_LEN + PAYLOAD_LEN  # value of udp.length_
+IPV4_TOTAL_LEN = IPV4_LEN + UDP_TOTAL_LEN  # value of ipv4.totalLen
+FRAME_LEN = ETH_LEN + IPV4_TOTAL_LEN
+QAINA_OFFSET = ETH_LEN + IPV4_LEN + UDP_LEN  # header offset in a frame
+PAYLOAD_OFFSET = QAINA_OFFSET + QAINA_LEN
+
+#: numpy dtype of the QAINA header followed by its payload (one UDP datagram body)
+QAINA_DTYPE = np.dtype([(f.name, _NUMPY_CODE[f.bits, f.signed]) for f in QAINA_FIELDS]
+                       + [("words", ">u4", (QAINA_WORDS,))])
+assert QAINA_DTYPE.itemsize == QAINA_LEN + PAYLOAD_LEN
+
+
+def pack_header(job_id, worker, flags, slot, ver, exp, seq) -> bytes:
+    """The 12 header bytes (hosts' fast path)."""
+    return QAINA_STRUCT.pack(job_id, worker, flags, slot, ver, exp, seq)
+
+
+def unpack_header(buf, offset: int = 0) -> dict:
+    """Header fields of ``buf`` at ``offset`` as a dict."""
+    return dict(zip(FIELD_NAMES, QAINA_STRUCT.unpack_from(buf, offset)))
+
+
+def datagram(words, **fields) -> bytes:
+    """A whole UDP payload: header fields (missing ones are 0) and the payload words."""
+    values = [fields.pop(name, 0) for name in FIELD_NAMES]
+    if fields:
+        raise TypeError(f"unknown QAINA fields: {sorted(fields)}")
+    words = np.asarray(words, dtype=">u4")
+    if words.shape != (QAINA_WORDS,):
+        raise ValueError(f"a QAINA payload is {QAINA_WORDS} words, got {words.shape}")
+    return QAINA_STRUCT.pack(*values) + words.tobytes()
+
+
+def p4_header_text(name: str = "qaina_h") -> str:
+    """The P4_16 declaration of the header, as ``qaina.p4`` spells it."""
+    lines = [f"header {name} {{"]
+    lines += [f"    bit<{f.bits}> {f.name};" for f in QAINA_FIELDS]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def p4_header_fields(p4_source: str, name: str):
+    """``[(field, bits)]`` of ``header name { ... }`` in a P4 source text."""
+    m = re.search(r"header\s+%s\s*\{(.*?)\}" % re.escape(name), p4_source, re.S)
+    if not m:
+        raise LookupError(f"no header {name} in the P4 source")
+    body = re.sub(r"//[^\n]*", "", m.group(1))
+    return [(fname, int(bits)) for bits, fname in
+            re.findall(r"bit<(\d+)>\s+(\w+)\s*;", body)]
+
+
+def scapy_layer():
+    """The scapy ``QAINA`` layer class, bound to UDP port ``QAINA_UDP_PORT``.
+
+    Built on first use so the hosts' fast path does not import scapy.
+    """
+    global _SCAPY
+    if _SCAPY is None:
+        _SCAPY = _build_scapy_layer()
+    return _SCAPY
+
+
+_SCAPY = None
+
+
+def _build_scapy_layer():
+    from scapy.fields import (ByteField, FieldListField, FlagsField, IntField,
+                              ShortField, SignedByteField, XIntField)
+    from scapy.layers.inet import UDP
+    from scapy.packet import Packet, bind_layers
+
+    def field(f: Field):
+        if f.name == "flags":
+            return FlagsField(f.name, 0, f.bits, ["RESULT", "RETX"])
+        if f.bits == 8:
+            return SignedByteField(f.name, 0) if f.signed else ByteField(f.name, 0)
+        if f.bits == 16:
+            return ShortField(f.name, 0)
+        return IntField(f.name, 0)
+
+    class QAINA(Packet):
+        name = "QAINA"
+        fields_desc = [field(f) for f in QAINA_FIELDS] + [
+            FieldListField("words", [0] * QAINA_WORDS, XIntField("", 0),
+                           count_from=lambda pkt: QAINA_WORDS)]
+
+    bind_layers(UDP, QAINA, dport=QAINA_UDP_PORT)
+    return QAINA

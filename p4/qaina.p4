@@ -1,0 +1,421 @@
+/*
+ * qaina.p4: quantization-aware in-network aggregation (P4_16, v1model, BMv2).
+ *
+ * Workers send contributions (Ethernet/IPv4/UDP dport QAINA_UDP_PORT/QAINA/32 words)
+ * to the aggregator address of their job's switch. The switch adds the payload words
+ * of all workers of a job slot-wise with plain wrapping 32-bit addition (the workers
+ * packed several low-bit lanes per word, so no carry crosses a lane), and multicasts
+ * the sum to every worker when the last contribution arrives. Each slot has two
+ * copies (hdr.qaina.ver) so that a retransmitted contribution for a completed slot is
+ * answered with the stored result (SwitchML's shadow-copy scheme, see p4/README.md).
+ * All other IPv4 traffic is routed by ipv4_lpm.
+ *
+ * The P4Info of this program is kept next to it as qaina.p4info.txtpb; every table,
+ * action, counter and register carries an @id so that P4Info is exactly what p4c emits.
+ */
+#include <core.p4>
+#include <v1model.p4>
+
+#define QAINA_WORDS 32
+#define POOL_SLOTS 1024                 /* slots in the shared pool (per copy)       */
+#define POOL_COPIES 2048                /* POOL_SLOTS * 2 copies                      */
+#define POOL_WORDS 65536                /* POOL_COPIES * QAINA_WORDS                  */
+#define MAX_JOBS 16
+#define DROP_REASONS 16
+
+const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<8>  IP_PROTO_UDP = 17;
+const bit<16> QAINA_UDP_PORT = 20801;
+const bit<16> QAINA_UDP_LEN = 148;      /* 8 UDP + 12 QAINA + 128 payload bytes       */
+const bit<16> QAINA_IPV4_LEN = 168;     /* 20 IPv4 + QAINA_UDP_LEN                    */
+const bit<8>  FLAG_RESULT = 0x01;
+const bit<8>  FLAG_RETX = 0x02;
+const bit<8>  RESULT_TTL = 64;
+
+/* Indexes of MyIngress.drops: why a packet was dropped. */
+const bit<32> DROP_NOT_IPV4 = 0;        /* not IPv4, or truncated before the IPv4 end */
+const bit<32> DROP_NO_ROUTE = 1;        /* no ipv4_lpm entry                          */
+const bit<32> DROP_MALFORMED = 2;       /* for the aggregator, not a whole QAINA pkt  */
+const bit<32> DROP_BAD_FLAGS = 3;       /* result flag on a contribution, ver > 1     */
+const bit<32> DROP_UNKNOWN_JOB = 4;     /* job_id not in job_table                    */
+const bit<32> DROP_NON_MEMBER = 5;      /* source address not a worker of the job     */
+const bit<32> DROP_BAD_WORKER = 6;      /* worker index not the member's, or >= n     */
+const bit<32> DROP_BAD_SLOT = 7;        /* slot outside the job's range or the pool   */
+const bit<32> DROP_DUPLICATE = 8;       /* contribution already counted, slot pending */
+
+typedef bit<9>  port_t;
+typedef bit<48> mac_t;
+typedef bit<32> ip4_t;
+
+header ethernet_t {
+    mac_t   dstAddr;
+    mac_t   srcAddr;
+    bit<16> etherType;
+}
+
+header ipv4_t {
+    bit<4>  version;
+    bit<4>  ihl;
+    bit<8>  diffserv;
+    bit<16> totalLen;
+    bit<16> identification;
+    bit<3>  flags;
+    bit<13> fragOffset;
+    bit<8>  ttl;
+    bit<8>  protocol;
+    bit<16> hdrChecksum;
+    ip4_t   srcAddr;
+    ip4_t   dstAddr;
+}
+
+header udp_t {
+    bit<16> srcPort;
+    bit<16> dstPort;
+    bit<16> length_;
+    bit<16> checksum;
+}
+
+/* Generated from p4/header.py (QAINA_FIELDS); tests/test_header.py checks it. */
+header qaina_h {
+    bit<16> job_id;
+    bit<8> worker;
+    bit<8> flags;
+    bit<16> slot;
+    bit<8> ver;
+    bit<8> exp;
+    bit<32> seq;
+}
+
+header payload_h {
+    bit<32> w0;  bit<32> w1;  bit<32> w2;  bit<32> w3;
+    bit<32> w4;  bit<32> w5;  bit<32> w6;  bit<32> w7;
+    bit<32> w8;  bit<32> w9;  bit<32> w10; bit<32> w11;
+    bit<32> w12; bit<32> w13; bit<32> w14; bit<32> w15;
+    bit<32> w16; bit<32> w17; bit<32> w18; bit<32> w19;
+    bit<32> w20; bit<32> w21; bit<32> w22; bit<32> w23;
+    bit<32> w24; bit<32> w25; bit<32> w26; bit<32> w27;
+    bit<32> w28; bit<32> w29; bit<32> w30; bit<32> w31;
+}
+
+struct headers_t {
+    ethernet_t ethernet;
+    ipv4_t     ipv4;
+    udp_t      udp;
+    qaina_h    qaina;
+    payload_h  payload;
+}
+
+struct metadata_t {
+    bit<8>  job_index;      /* index of the job's counters                          */
+    bit<8>  n_workers;
+    bit<16> slot_base;
+    bit<16> slot_count;
+    bit<16> mcast_grp;
+    bit<8>  bits;           /* number format: informational for the data plane      */
+    bit<8>  lane_width;
+    bit<8>  lanes;
+    bit<8>  member_worker;  /* worker index of the source address                   */
+    bit<1>  is_result;      /* leaves as an aggregation result (counted at egress)  */
+}
+
+/* ---------------------------------------------------------------- parser */
+parser MyParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
+                inout standard_metadata_t standard_metadata) {
+    state start {
+        packet.extract(hdr.ethernet);
+        transition select(hdr.ethernet.etherType) {
+            ETHERTYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+    state parse_ipv4 {
+        packet.extract(hdr.ipv4);
+        transition select(hdr.ipv4.ihl, hdr.ipv4.fragOffset, hdr.ipv4.protocol) {
+            (4w5, 13w0, IP_PROTO_UDP): parse_udp;
+            default: accept;
+        }
+    }
+    state parse_udp {
+        packet.extract(hdr.udp);
+        transition select(hdr.udp.dstPort) {
+            QAINA_UDP_PORT: parse_qaina;
+            default: accept;
+        }
+    }
+    state parse_qaina {
+        packet.extract(hdr.qaina);
+        packet.extract(hdr.payload);
+        transition accept;
+    }
+}
+
+control MyVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply { }
+}
+
+/* ---------------------------------------------------------------- ingress */
+/* Register access for one payload word at pool index `base`. */
+#define STORE_WORD(i) agg_sum.write(base + i, hdr.payload.w##i);
+#define ADD_WORD(i) agg_sum.read(word, base + i); word = word + hdr.payload.w##i; \
+    agg_sum.write(base + i, word); hdr.payload.w##i = word;
+#define LOAD_WORD(i) agg_sum.read(hdr.payload.w##i, base + i);
+#define ALL_WORDS(OP) \
+    OP(0)  OP(1)  OP(2)  OP(3)  OP(4)  OP(5)  OP(6)  OP(7)  \
+    OP(8)  OP(9)  OP(10) OP(11) OP(12) OP(13) OP(14) OP(15) \
+    OP(16) OP(17) OP(18) OP(19) OP(20) OP(21) OP(22) OP(23) \
+    OP(24) OP(25) OP(26) OP(27) OP(28) OP(29) OP(30) OP(31)
+
+control MyIngress(inout headers_t hdr, inout metadata_t meta,
+                  inout standard_metadata_t standard_metadata) {
+
+    /* Aggregation state: the shared slot pool, two copies per slot. */
+    @id(1) register<bit<32>>(POOL_WORDS) agg_sum;     /* word sums                  */
+    @id(2) register<bit<32>>(POOL_COPIES) agg_seen;   /* bitmap of contributors     */
+    @id(3) register<bit<8>>(POOL_COPIES) agg_count;   /* contributions mod n        */
+    @id(4) register<bit<8>>(POOL_COPIES) agg_exp;     /* max scale exponent         */
+
+    /* What the harness samples over P4Runtime, per job index (or drop reason). */
+    @id(1) counter(MAX_JOBS, CounterType.packets_and_bytes) slots_opened;
+    @id(2) counter(MAX_JOBS, CounterType.packets_and_bytes) slots_closed;
+    @id(3) counter(MAX_JOBS, CounterType.packets_and_bytes) agg_packets;
+    @id(4) counter(MAX_JOBS, CounterType.packets_and_bytes) retx_answered;
+    @id(5) counter(DROP_REASONS, CounterType.packets_and_bytes) drops;
+
+    action drop_for(bit<32> reason) {
+        drops.count(reason);
+        mark_to_drop(standard_metadata);
+    }
+
+    @id(1) action forward(port_t port) {
+        standard_metadata.egress_spec = port;
+        hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+    }
+
+    @id(2) action no_route() {
+        drop_for(DROP_NO_ROUTE);
+    }
+
+    @id(3) action accept_qaina() { }
+
+    @id(4) action set_job(bit<8> job_index, bit<8> n_workers, bit<16> slot_base,
+                          bit<16> slot_count, bit<16> mcast_grp, bit<8> bits,
+                          bit<8> lane_width, bit<8> lanes) {
+        meta.job_index = job_index;
+        meta.n_workers = n_workers;
+        meta.slot_base = slot_base;
+        meta.slot_count = slot_count;
+        meta.mcast_grp = mcast_grp;
+        meta.bits = bits;
+        meta.lane_width = lane_width;
+        meta.lanes = lanes;
+    }
+
+    @id(5) action set_member(bit<8> worker) {
+        meta.member_worker = worker;
+    }
+
+    @id(1) table ipv4_lpm {
+        key = { hdr.ipv4.dstAddr: lpm; }
+        actions = { forward; no_route; }
+        default_action = no_route();
+        size = 1024;
+    }
+
+    /* The addresses this switch aggregates for. */
+    @id(2) table aggregator_addr {
+        key = { hdr.ipv4.dstAddr: exact; }
+        actions = { accept_qaina; NoAction; }
+        default_action = NoAction();
+        size = 16;
+    }
+
+    @id(3) table job_table {
+        key = { hdr.qaina.job_id: exact; }
+        actions = { set_job; NoAction; }
+        default_action = NoAction();
+        size = MAX_JOBS;
+    }
+
+    @id(4) table member_table {
+        key = {
+            hdr.qaina.job_id: exact;
+            hdr.ipv4.srcAddr: exact;
+        }
+        actions = { set_member; NoAction; }
+        default_action = NoAction();
+        size = 512;
+    }
+
+    /* A result leaves from the aggregator's address, with a fresh TTL. */
+    action result_from_aggregator() {
+        hdr.qaina.flags = FLAG_RESULT;
+        hdr.ipv4.ttl = RESULT_TTL;
+        hdr.udp.checksum = 0;
+        meta.is_result = 1;
+    }
+
+    action result_to_all() {
+        result_from_aggregator();
+        hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
+        hdr.ipv4.srcAddr = hdr.ipv4.dstAddr;
+        standard_metadata.mcast_grp = meta.mcast_grp;
+    }
+
+    action result_to_sender() {
+        result_from_aggregator();
+        mac_t mac = hdr.ethernet.dstAddr;
+        hdr.ethernet.dstAddr = hdr.ethernet.srcAddr;
+        hdr.ethernet.srcAddr = mac;
+        ip4_t ip = hdr.ipv4.dstAddr;
+        hdr.ipv4.dstAddr = hdr.ipv4.srcAddr;
+        hdr.ipv4.srcAddr = ip;
+        hdr.qaina.flags = FLAG_RESULT | FLAG_RETX;
+        standard_metadata.egress_spec = standard_metadata.ingress_port;
+    }
+
+    apply {
+        if (!hdr.ipv4.isValid()) {
+            drop_for(DROP_NOT_IPV4);
+            return;
+        }
+        if (!aggregator_addr.apply().hit) {
+            ipv4_lpm.apply();
+            return;
+        }
+        /* Addressed to this aggregator: check everything before touching a register. */
+        if (!hdr.payload.isValid() || hdr.ipv4.totalLen != QAINA_IPV4_LEN
+                || hdr.udp.length_ != QAINA_UDP_LEN) {
+            drop_for(DROP_MALFORMED);
+            return;
+        }
+        if ((hdr.qaina.flags & FLAG_RESULT) != 0 || hdr.qaina.ver > 1) {
+            drop_for(DROP_BAD_FLAGS);
+            return;
+        }
+        if (!job_table.apply().hit) {
+            drop_for(DROP_UNKNOWN_JOB);
+            return;
+        }
+        if (!member_table.apply().hit) {
+            drop_for(DROP_NON_MEMBER);
+            return;
+        }
+        if (hdr.qaina.worker != meta.member_worker || hdr.qaina.worker >= meta.n_workers) {
+            drop_for(DROP_BAD_WORKER);
+            return;
+        }
+        if (hdr.qaina.slot < meta.slot_base
+                || hdr.qaina.slot - meta.slot_base >= meta.slot_count
+                || (bit<32>)hdr.qaina.slot >= POOL_SLOTS) {
+            drop_for(DROP_BAD_SLOT);
+            return;
+        }
+
+        bit<32> slot = (bit<32>)hdr.qaina.slot;
+        bit<32> copy = (bit<32>)hdr.qaina.ver * POOL_SLOTS + slot;
+        bit<32> shadow = (bit<32>)(1 - hdr.qaina.ver) * POOL_SLOTS + slot;
+        bit<32> base = copy * QAINA_WORDS;
+        bit<32> mask = (bit<32>)1 << hdr.qaina.worker;
+        bit<32> seen;
+        bit<32> word;
+        bit<8> count;
+        bit<8> exp;
+        agg_seen.read(seen, copy);
+        agg_count.read(count, copy);
+
+        if ((seen & mask) == 0) {
+            /* First contribution of this worker to this use of the slot. */
+            agg_seen.write(copy, seen | mask);
+            agg_seen.read(seen, shadow);
+            agg_seen.write(shadow, seen & ~mask);
+            agg_packets.count((bit<32>)meta.job_index);
+            if (count == 0) {
+                ALL_WORDS(STORE_WORD)
+                agg_exp.write(copy, hdr.qaina.exp);
+                slots_opened.count((bit<32>)meta.job_index);
+            } else {
+                ALL_WORDS(ADD_WORD)
+                agg_exp.read(exp, copy);
+                if ((int<8>)exp > (int<8>)hdr.qaina.exp) {
+                    hdr.qaina.exp = exp;
+                } else {
+                    agg_exp.write(copy, hdr.qaina.exp);
+                }
+            }
+            count = count + 1;
+            if (count == meta.n_workers) {
+                count = 0;
+            }
+            agg_count.write(copy, count);
+            if (count == 0) {
+                slots_closed.count((bit<32>)meta.job_index);
+                result_to_all();
+            } else {
+                mark_to_drop(standard_metadata);
+            }
+        } else if (count == 0) {
+            /* A retransmission after the result went out: answer from the copy. */
+            ALL_WORDS(LOAD_WORD)
+            agg_exp.read(hdr.qaina.exp, copy);
+            retx_answered.count((bit<32>)meta.job_index);
+            result_to_sender();
+        } else {
+            drop_for(DROP_DUPLICATE);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- egress */
+control MyEgress(inout headers_t hdr, inout metadata_t meta,
+                 inout standard_metadata_t standard_metadata) {
+
+    @id(6) counter(MAX_JOBS, CounterType.packets_and_bytes) results_sent;
+
+    /* Each multicast copy of a result is addressed to its receiver. */
+    @id(6) action to_worker(mac_t mac, ip4_t ip, bit<8> worker) {
+        hdr.ethernet.dstAddr = mac;
+        hdr.ipv4.dstAddr = ip;
+        hdr.qaina.worker = worker;
+    }
+
+    @id(5) table result_rewrite {
+        key = { standard_metadata.egress_rid: exact; }
+        actions = { to_worker; NoAction; }
+        default_action = NoAction();
+        size = 512;
+    }
+
+    apply {
+        if (meta.is_result == 1) {
+            if (standard_metadata.egress_rid != 0) {
+                result_rewrite.apply();
+            }
+            results_sent.count((bit<32>)meta.job_index);
+        }
+    }
+}
+
+control MyComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        update_checksum(
+            hdr.ipv4.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.totalLen,
+              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset,
+              hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum,
+            HashAlgorithm.csum16);
+    }
+}
+
+control MyDeparser(packet_out packet, in headers_t hdr) {
+    apply {
+        packet.emit(hdr.ethernet);
+        packet.emit(hdr.ipv4);
+        packet.emit(hdr.udp);
+        packet.emit(hdr.qaina);
+        packet.emit(hdr.payload);
+    }
+}
+
+V1Switch(MyParser(), MyVerifyChecksum(), MyIngress(), MyEgress(),
+         MyComputeChecksum(), MyDeparser()) main;

@@ -1,0 +1,1 @@
+"""Result sets: ``results/<run-id>/`` written, read and summarised."""
