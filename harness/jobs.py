@@ -1,0 +1,101 @@
+"""Jobs as the control plane installs them on their aggregating switch.
+
+A job owns a contiguous range of the switch's shared slot pool (a static partition
+sized by the control plane), one multicast group and one ``result_rewrite`` entry per
+worker. ``program_job`` writes all of it over P4Runtime; ``program_aggregator`` makes a
+switch answer for an aggregator address.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..hosts.lanes import LaneFormat
+
+POOL_SLOTS = 1024  # qaina.p4: POOL_SLOTS (checked against the P4Info register sizes)
+MAX_JOBS = 16  # qaina.p4: MAX_JOBS, the size of job_table and of the per-job counters
+
+
+@dataclass(frozen=True)
+class Worker:
+    index: int
+    ip: int  # IPv4 address as int
+    mac: int  # 48-bit MAC as int
+    port: int  # egress port of the aggregating switch towards this worker
+
+
+@dataclass
+class Job:
+    job_id: int
+    index: int  # job_table's job_index: which counters the job's packets count in
+    fmt: LaneFormat
+    slot_base: int
+    slot_count: int
+    workers: list[Worker] = field(default_factory=list)
+
+    @property
+    def mcast_grp(self) -> int:
+        return self.index + 1
+
+    def rid(self, worker: int) -> int:
+        """PRE instance of the copy for ``worker`` (unique on the switch, never 0)."""
+        return self.index * 64 + worker + 1
+
+
+def partition_slots(slot_counts: list[int], pool: int = POOL_SLOTS) -> list[int]:
+    """Slot bases of consecutive ranges of the given sizes; refuses to overfill the pool."""
+    total = sum(slot_counts)
+    if total > pool:
+        raise ValueError(f"the jobs ask for {total} slots, the switch pool has {pool}")
+    bases, base = [], 0
+    for count in slot_counts:
+        bases.append(base)
+        base += count
+    return bases
+
+
+def ip_to_int(ip: str) -> int:
+    a, b, c, d = (int(x) for x in ip.split("."))
+    return a << 24 | b << 16 | c << 8 | d
+
+
+def int_to_ip(value: int) -> str:
+    return ".".join(str(value >> s & 0xFF) for s in (24, 16, 8, 0))
+
+
+def mac_to_int(mac: str) -> int:
+    return int(mac.replace(":", ""), 16)
+
+
+def program_aggregator(conn, address: int):
+    """``conn``'s switch aggregates for packets sent to ``address``."""
+    conn.insert("MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": address},
+                "MyIngress.accept_qaina")
+
+
+def program_job(conn, job: Job):
+    """Install ``job`` on its aggregating switch: job table, members, PRE, rewrites."""
+    if job.index >= MAX_JOBS:
+        raise ValueError(f"job index {job.index}: the switch holds {MAX_JOBS} jobs")
+    if len(job.workers) != job.fmt.workers:
+        raise ValueError(f"job {job.job_id} has {len(job.workers)} workers, "
+                         f"its format says {job.fmt.workers}")
+    fmt = job.fmt
+    entries = [("MyIngress.job_table", {"hdr.qaina.job_id": job.job_id}, "MyIngress.set_job",
+                {"job_index": job.index, "n_workers": fmt.workers, "slot_base": job.slot_base,
+                 "slot_count": job.slot_count, "mcast_grp": job.mcast_grp, "bits": fmt.bits,
+                 "lane_width": fmt.width, "lanes": fmt.lanes})]
+    for w in job.workers:
+        entries.append(("MyIngress.member_table",
+                        {"hdr.qaina.job_id": job.job_id, "hdr.ipv4.srcAddr": w.ip},
+                        "MyIngress.set_member", {"worker": w.index}))
+        entries.append(("MyEgress.result_rewrite",
+                        {"standard_metadata.egress_rid": job.rid(w.index)},
+                        "MyEgress.to_worker", {"mac": w.mac, "ip": w.ip, "worker": w.index}))
+    conn.insert_many(entries)
+    conn.set_multicast_group(job.mcast_grp, [(w.port, job.rid(w.index)) for w in job.workers])
+
+
+def program_route(conn, prefix: int, prefix_len: int, port: int):
+    conn.insert("MyIngress.ipv4_lpm", {"hdr.ipv4.dstAddr": (prefix, prefix_len)},
+                "MyIngress.forward", {"port": port})

@@ -1,0 +1,156 @@
+"""Shared fixtures: a switch lab on real veth pairs, for either target."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+from qaina_bench.harness.control import SwitchConnection
+from qaina_bench.harness.targets import bmv2_missing, make_target
+from qaina_bench.p4.embedded.ports import ETH_P_ALL, PACKET_IGNORE_OUTGOING, SOL_PACKET
+
+IS_ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root: veth pairs, raw sockets")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+class HostPort:
+    """The far end of a switch port: a raw socket to send and capture frames."""
+
+    def __init__(self, ifname: str):
+        self.ifname = ifname
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self.sock.bind((ifname, ETH_P_ALL))
+        self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+
+    def send(self, frame) -> None:
+        self.sock.send(bytes(frame))
+
+    def recv(self, timeout: float = 0.5, count: int | None = None) -> list[bytes]:
+        """Frames that arrive within ``timeout`` (stops early after ``count``)."""
+        frames = []
+        deadline = time.monotonic() + timeout
+        while count is None or len(frames) < count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(4096)
+            except (socket.timeout, BlockingIOError):
+                break
+            if data[12:14] == b"\x08\x00":  # the lab has IPv6 off; keep IPv4 only
+                frames.append(data)
+        return frames
+
+    def drain(self):
+        self.sock.setblocking(False)
+        try:
+            while True:
+                self.sock.recv(4096)
+        except BlockingIOError:
+            pass
+        finally:
+            self.sock.setblocking(True)
+
+    def close(self):
+        self.sock.close()
+
+
+class VethLab:
+    """``n`` veth pairs: switch side ``<prefix><i>s``, host side ``<prefix><i>h``."""
+
+    def __init__(self, n: int):
+        self.prefix = f"qc{os.getpid() % 10000}x"
+        self.pairs = {}
+        try:
+            for i in range(1, n + 1):
+                sw, host = f"{self.prefix}{i}s", f"{self.prefix}{i}h"
+                ip("link", "add", sw, "type", "veth", "peer", "name", host)
+                self.pairs[i] = (sw, host)
+                for ifname in (sw, host):
+                    subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"],
+                                   capture_output=True)
+                    ip("link", "set", ifname, "up")
+        except Exception:
+            self.remove()
+            raise
+
+    def remove(self):
+        for sw, _ in self.pairs.values():
+            subprocess.run(["ip", "link", "del", sw], capture_output=True)
+        self.pairs.clear()
+
+
+class SwitchLab:
+    """A switch of one target on veth ports 1..n, programmed over P4Runtime."""
+
+    def __init__(self, kind: str, n_ports: int, tmp_path):
+        self.kind = kind
+        self.veths = VethLab(n_ports)
+        self.target = make_target(kind, "s1", {i: sw for i, (sw, _) in self.veths.pairs.items()},
+                                  free_port(), 1, tmp_path / "s1.log",
+                                  **({"thrift_port": free_port()} if kind == "bmv2" else {}))
+        self.conn = None
+        self.hosts = {}
+        try:
+            self.target.start()
+            self.conn = SwitchConnection("s1", self.target.grpc_addr, 1)
+            self.target.wait_ready(self.conn)
+            self.conn.arbitrate()
+            self.hosts = {i: HostPort(h) for i, (_, h) in self.veths.pairs.items()}
+        except Exception:
+            self.close()
+            raise
+
+    def reset(self):
+        """A fresh pipeline: empty tables, zero registers and counters."""
+        self.conn.set_pipeline(self.target.device_config())
+        for h in self.hosts.values():
+            h.drain()
+
+    def registers(self) -> dict[str, list[int]]:
+        """Every cell of every register."""
+        names = [r.name for r in self.conn.p4info.registers.values()]
+        if self.kind == "bmv2":
+            return {n: self.target.register_read(n) for n in names}
+        out = {}
+        for n in names:
+            cells = self.conn.read_register(n)
+            out[n] = [cells[i] for i in range(len(cells))]
+        return out
+
+    def counters(self, name: str) -> dict[int, tuple[int, int]]:
+        return self.conn.read_counter(name)
+
+    def close(self):
+        for h in self.hosts.values():
+            h.close()
+        if self.conn is not None:
+            self.conn.close()
+        self.target.stop()
+        self.veths.remove()
+
+
+@pytest.fixture(scope="module", params=["embedded", "bmv2"])
+def lab(request, tmp_path_factory):
+    if not IS_ROOT:
+        pytest.skip("needs root: veth pairs and raw sockets")
+    if request.param == "bmv2" and bmv2_missing():
+        pytest.skip(f"BMv2 target: {bmv2_missing()}")
+    lab = SwitchLab(request.param, 5, tmp_path_factory.mktemp(request.param))
+    yield lab
+    lab.close()

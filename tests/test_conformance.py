@@ -1,0 +1,316 @@
+"""Conformance suite of the QAINA pipeline: packets in, packets out, counters.
+
+Every case runs against each target of the ``lab`` fixture: the embedded switch
+everywhere, BMv2 ``simple_switch_grpc`` where it is installed. The switch is a real
+process on real veth pairs, programmed over P4Runtime by the harness's control plane.
+Ports 1..4 face the workers, port 5 another host.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.l2 import ARP, Ether
+from scapy.utils import checksum
+
+from qaina_bench.harness.jobs import (Job, Worker, int_to_ip, ip_to_int, mac_to_int,
+                                      program_aggregator, program_job, program_route)
+from qaina_bench.hosts.lanes import LaneFormat
+from qaina_bench.p4.embedded.pipeline import (DROP_BAD_FLAGS, DROP_BAD_SLOT, DROP_BAD_WORKER,
+                                              DROP_DUPLICATE, DROP_MALFORMED, DROP_NO_ROUTE,
+                                              DROP_NON_MEMBER, DROP_NOT_IPV4,
+                                              DROP_UNKNOWN_JOB)
+from qaina_bench.p4.header import (FLAG_RESULT, FLAG_RETX, QAINA_UDP_PORT, QAINA_WORDS,
+                                   scapy_layer)
+
+QAINA = scapy_layer()
+AGG_IP, AGG_MAC = "10.255.0.1", "02:00:00:00:ff:01"
+OTHER_IP = "10.0.1.5"
+WORKERS = [Worker(i, ip_to_int(f"10.0.0.{i + 1}"), mac_to_int(f"02:00:00:00:00:{i + 1:02x}"),
+                  port=i + 1) for i in range(4)]
+
+
+def mac(value: int) -> str:
+    return ":".join(f"{value >> s & 0xFF:02x}" for s in range(40, -8, -8))
+
+
+@pytest.fixture
+def sw(lab):
+    """The lab with a fresh pipeline, the aggregator address and host routes."""
+    lab.reset()
+    program_aggregator(lab.conn, ip_to_int(AGG_IP))
+    for w in WORKERS:
+        program_route(lab.conn, w.ip, 32, w.port)
+    program_route(lab.conn, ip_to_int("10.0.1.0"), 24, 5)
+    return lab
+
+
+def add_job(lab, job_id=7, index=0, bits=4, workers=WORKERS, base=0, count=8) -> Job:
+    job = Job(job_id, index, LaneFormat(bits, len(workers)), base, count,
+              [Worker(k, w.ip, w.mac, w.port) for k, w in enumerate(workers)])
+    program_job(lab.conn, job)
+    return job
+
+
+def contribution(w: Worker, job_id: int, words, slot=0, ver=0, exp=0, seq=0, flags=0,
+                 worker=None, src_ip=None):
+    return (Ether(src=mac(w.mac), dst=AGG_MAC)
+            / IP(src=src_ip or int_to_ip(w.ip), dst=AGG_IP)
+            / UDP(sport=QAINA_UDP_PORT, dport=QAINA_UDP_PORT)
+            / QAINA(job_id=job_id, worker=w.index if worker is None else worker, flags=flags,
+                    slot=slot, ver=ver, exp=exp, seq=seq, words=[int(x) for x in words]))
+
+
+def send(lab, job: Job, worker: int, words, **kw):
+    w = job.workers[worker]
+    lab.hosts[w.port].send(contribution(w, job.job_id, words, **kw))
+
+
+def results(lab, port: int, count=None, timeout=1.0):
+    return [Ether(f) for f in lab.hosts[port].recv(timeout=timeout, count=count)]
+
+
+def wrapping_sum(word_lists) -> np.ndarray:
+    return (np.sum(np.array(word_lists, dtype=np.uint64), axis=0) % 2**32).astype(np.uint32)
+
+
+def ipv4_checksum_ok(pkt) -> bool:
+    return checksum(bytes(pkt[IP])[:20]) == 0
+
+
+def check_result(pkt, job: Job, worker: Worker, words, exp=None, seq=None, flags=FLAG_RESULT):
+    q = pkt[QAINA]
+    assert q.flags == flags
+    assert q.job_id == job.job_id and q.worker == worker.index
+    assert pkt[Ether].dst == mac(worker.mac) and pkt[Ether].src == AGG_MAC
+    assert pkt[IP].dst == int_to_ip(worker.ip) and pkt[IP].src == AGG_IP
+    assert pkt[IP].ttl == 64 and pkt[UDP].chksum == 0
+    assert ipv4_checksum_ok(pkt)
+    assert list(q.words) == [int(x) for x in words]
+    if exp is not None:
+        assert q.exp == exp
+    if seq is not None:
+        assert q.seq == seq
+
+
+def one_round(lab, job: Job, rng, slot=0, ver=0, seq=0):
+    """Every worker sends random levels in ``slot``; returns (levels, words) per worker."""
+    fmt = job.fmt
+    levels, words = [], []
+    for k in range(fmt.workers):
+        lv = (rng.integers(0, 2, QAINA_WORDS * fmt.lanes) if fmt.bits == 1 else
+              rng.integers(-fmt.levels, fmt.levels + 1, QAINA_WORDS * fmt.lanes))
+        levels.append(lv)
+        words.append(fmt.pack(lv))
+        send(lab, job, k, words[-1], slot=slot, ver=ver, exp=k - 2, seq=seq)
+    return levels, words
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8, 32])
+def test_aggregation_gives_exact_lane_sum(sw, bits):
+    job = add_job(sw, bits=bits)
+    rng = np.random.default_rng(bits)
+    levels, words = one_round(sw, job, rng, slot=3, seq=41)
+    total = wrapping_sum(words)
+    for w in job.workers:
+        got = results(sw, w.port, count=1)
+        assert len(got) == 1, f"worker {w.index} got {len(got)} results"
+        check_result(got[0], job, w, total, exp=1, seq=41)
+        level_sum = job.fmt.unpack_sum(np.array(got[0][QAINA].words, dtype=np.uint32),
+                                       QAINA_WORDS * job.fmt.lanes)
+        assert np.array_equal(level_sum, np.sum(levels, axis=0))
+    assert sw.counters("slots_opened")[0][0] == 1
+    assert sw.counters("slots_closed")[0][0] == 1
+    assert sw.counters("agg_packets")[0][0] == 4
+    assert sw.counters("results_sent")[0][0] == 4
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_lanes_never_carry_at_extreme_values(sw, bits):
+    job = add_job(sw, bits=bits)
+    fmt, n, count = job.fmt, job.fmt.workers, QAINA_WORDS * job.fmt.lanes
+    top = 1 if bits == 1 else fmt.levels
+    bottom = 0 if bits == 1 else -fmt.levels
+    for slot, level, expect in ((0, top, n * fmt.levels if bits > 1 else n),
+                                (1, bottom, -n * fmt.levels if bits > 1 else -n)):
+        for k in range(n):
+            send(sw, job, k, fmt.pack(np.full(count, level)), slot=slot)
+        got = results(sw, 1, count=1)
+        assert len(got) == 1
+        sums = fmt.unpack_sum(np.array(got[0][QAINA].words, dtype=np.uint32), count)
+        assert np.all(sums == expect)
+        for port in (2, 3, 4):
+            results(sw, port, count=1)
+
+
+def test_duplicate_contribution_is_not_added_twice(sw):
+    job = add_job(sw)
+    rng = np.random.default_rng(1)
+    words = [job.fmt.pack(rng.integers(-7, 8, 32 * job.fmt.lanes)) for _ in range(4)]
+    send(sw, job, 0, words[0])
+    send(sw, job, 0, words[0], flags=FLAG_RETX)
+    for k in (1, 2, 3):
+        send(sw, job, k, words[k])
+    for w in job.workers:
+        got = results(sw, w.port, count=1)
+        assert len(got) == 1
+        check_result(got[0], job, w, wrapping_sum(words))
+    assert sw.counters("drops")[DROP_DUPLICATE][0] == 1
+    assert sw.counters("agg_packets")[0][0] == 4
+
+
+def test_retransmission_after_completion_gets_stored_result(sw):
+    job = add_job(sw)
+    rng = np.random.default_rng(2)
+    _, words = one_round(sw, job, rng, slot=5, seq=9)
+    for w in job.workers:
+        assert len(results(sw, w.port, count=1)) == 1
+    send(sw, job, 2, words[2], slot=5, seq=9, exp=0, flags=FLAG_RETX)
+    got = results(sw, 3, count=1)
+    assert len(got) == 1
+    check_result(got[0], job, job.workers[2], wrapping_sum(words), exp=1, seq=9,
+                 flags=FLAG_RESULT | FLAG_RETX)
+    for port in (1, 2, 4):
+        assert results(sw, port, timeout=0.3) == []
+    assert sw.counters("retx_answered")[0][0] == 1
+    assert sw.counters("results_sent")[0][0] == 5
+
+
+def test_slot_reuse_alternates_copies_and_keeps_the_shadow(sw):
+    job = add_job(sw)
+    rng = np.random.default_rng(3)
+    sums = []
+    for use, ver in enumerate((0, 1)):
+        _, words = one_round(sw, job, rng, slot=2, ver=ver, seq=use)
+        sums.append(wrapping_sum(words))
+        for w in job.workers:
+            got = results(sw, w.port, count=1)
+            assert len(got) == 1
+            check_result(got[0], job, w, sums[-1], seq=use)
+    # Third use of the slot (copy 0 again) starts while worker 1 still lacks use 2.
+    fresh = job.fmt.pack(rng.integers(-7, 8, 32 * job.fmt.lanes))
+    send(sw, job, 0, fresh, slot=2, ver=0, seq=2)
+    assert all(results(sw, w.port, timeout=0.2) == [] for w in job.workers)
+    send(sw, job, 1, np.zeros(32, dtype=np.uint32), slot=2, ver=1, seq=1, flags=FLAG_RETX)
+    got = results(sw, 2, count=1)
+    assert len(got) == 1
+    check_result(got[0], job, job.workers[1], sums[1], seq=1, flags=FLAG_RESULT | FLAG_RETX)
+    # ... and the third use still completes with exactly its own contributions.
+    rest = [job.fmt.pack(rng.integers(-7, 8, 32 * job.fmt.lanes)) for _ in range(3)]
+    for k, words in zip((1, 2, 3), rest):
+        send(sw, job, k, words, slot=2, ver=0, seq=2)
+    for w in job.workers:
+        got = results(sw, w.port, count=1)
+        assert len(got) == 1
+        check_result(got[0], job, w, wrapping_sum([fresh] + rest), seq=2)
+
+
+def test_two_jobs_in_disjoint_slot_ranges_do_not_disturb_each_other(sw):
+    job_a = add_job(sw, job_id=7, index=0, bits=4, workers=WORKERS[:2], base=0, count=4)
+    job_b = add_job(sw, job_id=9, index=1, bits=32, workers=WORKERS[2:], base=4, count=4)
+    rng = np.random.default_rng(4)
+    wa = [job_a.fmt.pack(rng.integers(-7, 8, 32 * job_a.fmt.lanes)) for _ in range(2)]
+    wb = [job_b.fmt.pack(rng.integers(-1000, 1000, 32)) for _ in range(2)]
+    for k in range(2):  # interleaved, same relative slot
+        send(sw, job_a, k, wa[k], slot=1)
+        send(sw, job_b, k, wb[k], slot=5)
+    for job, words in ((job_a, wa), (job_b, wb)):
+        for w in job.workers:
+            got = results(sw, w.port, count=2, timeout=0.6)
+            assert len(got) == 1, f"job {job.job_id} worker {w.index}: {len(got)} results"
+            check_result(got[0], job, w, wrapping_sum(words))
+    # A job cannot reach into the other job's range.
+    send(sw, job_a, 0, wa[0], slot=5)
+    assert sw.counters("drops")[DROP_BAD_SLOT][0] == 1
+    for index in (0, 1):
+        assert sw.counters("slots_closed")[index][0] == 1
+        assert sw.counters("results_sent")[index][0] == 2
+
+
+def bad_packets(job: Job):
+    """(name, frame, drop reason) for every kind of packet the switch must refuse."""
+    w0, w1 = job.workers[0], job.workers[1]
+    good = contribution(w0, job.job_id, range(32), slot=1)
+    raw = bytes(good)
+    rnd = random.Random(5)
+    junk = bytes(rnd.getrandbits(8) for _ in range(120))
+    junk = junk[:12] + b"\x88\xb5" + junk[14:]  # random bytes, local experimental ethertype
+    base = Ether(src=mac(w0.mac), dst=AGG_MAC) / IP(src=int_to_ip(w0.ip), dst=AGG_IP)
+    udp = UDP(sport=QAINA_UDP_PORT, dport=QAINA_UDP_PORT)
+    return [
+        ("random bytes", junk, DROP_NOT_IPV4),
+        ("arp", Ether(src=mac(w0.mac), dst="ff:ff:ff:ff:ff:ff") / ARP(pdst=AGG_IP), DROP_NOT_IPV4),
+        ("truncated ipv4", raw[:30], DROP_NOT_IPV4),
+        ("random udp payload", base / udp / junk[:37], DROP_MALFORMED),
+        ("truncated header", base / udp / raw[42:48], DROP_MALFORMED),
+        ("truncated payload", base / udp / raw[42:42 + 12 + 64], DROP_MALFORMED),
+        ("trailing bytes", base / udp / (raw[42:] + b"\0\0\0\0"), DROP_MALFORMED),
+        ("not udp", base / TCP(dport=QAINA_UDP_PORT) / raw[42:], DROP_MALFORMED),
+        ("other udp port", base / UDP(sport=1, dport=4000) / raw[42:], DROP_MALFORMED),
+        ("result flag", contribution(w0, job.job_id, range(32), flags=FLAG_RESULT), DROP_BAD_FLAGS),
+        ("bad version", contribution(w0, job.job_id, range(32), ver=2), DROP_BAD_FLAGS),
+        ("wrong job", contribution(w0, job.job_id + 1, range(32)), DROP_UNKNOWN_JOB),
+        ("spoofed source", contribution(w0, job.job_id, range(32), src_ip="10.0.0.99"),
+         DROP_NON_MEMBER),
+        ("other member's index", contribution(w0, job.job_id, range(32), worker=1),
+         DROP_BAD_WORKER),
+        ("index beyond job", contribution(w1, job.job_id, range(32), worker=9,
+                                          src_ip=int_to_ip(w1.ip)), DROP_BAD_WORKER),
+        ("slot after range", contribution(w0, job.job_id, range(32), slot=8), DROP_BAD_SLOT),
+        ("slot below range", contribution(w0, job.job_id, range(32), slot=1), DROP_BAD_SLOT),
+        ("slot beyond pool", contribution(w0, job.job_id, range(32), slot=60000), DROP_BAD_SLOT),
+    ]
+
+
+def test_bad_packets_are_dropped_counted_and_never_touch_a_register(sw):
+    add_job(sw, job_id=3, index=1, bits=8, workers=WORKERS[2:], base=0, count=2)
+    job = add_job(sw, job_id=7, index=0, bits=4, base=2, count=6)
+    rng = np.random.default_rng(6)
+    words = [job.fmt.pack(rng.integers(-7, 8, 32 * job.fmt.lanes)) for _ in range(4)]
+    send(sw, job, 0, words[0], slot=4)  # leave a slot half-aggregated
+    before = sw.registers()
+    cases = bad_packets(job)
+    expected = {}
+    for name, frame, reason in cases:
+        sw.hosts[1].send(frame)
+        expected[reason] = expected.get(reason, 0) + 1
+    assert all(results(sw, port, timeout=0.3) == [] for port in range(1, 6))
+    after = sw.registers()
+    for name in before:
+        assert before[name] == after[name], f"register {name} changed"
+    drops = sw.counters("drops")
+    assert {r: drops[r][0] for r in expected} == expected
+    assert sw.counters("agg_packets")[0][0] == 1
+    # The half-aggregated slot is intact: completing it gives the exact sum.
+    for k in (1, 2, 3):
+        send(sw, job, k, words[k], slot=4)
+    got = results(sw, 1, count=1)
+    assert len(got) == 1
+    check_result(got[0], job, job.workers[0], wrapping_sum(words))
+
+
+def test_plain_ipv4_is_forwarded_by_lpm(sw):
+    w0 = WORKERS[0]
+    pkt = (Ether(src=mac(w0.mac), dst="02:00:00:00:00:05") / IP(src=int_to_ip(w0.ip), dst=OTHER_IP)
+           / UDP(sport=1234, dport=5678) / b"hello over the fabric")
+    sw.hosts[1].send(pkt)
+    got = results(sw, 5, count=1)
+    assert len(got) == 1
+    out = got[0]
+    assert out[IP].ttl == pkt[IP].ttl - 1
+    assert bytes(out[UDP].payload) == b"hello over the fabric"
+    assert ipv4_checksum_ok(out)
+    # A result travelling through a transit switch is ordinary traffic there.
+    transit = (Ether(src=AGG_MAC, dst=mac(WORKERS[2].mac)) / IP(src=AGG_IP, dst="10.0.0.3")
+               / UDP(sport=QAINA_UDP_PORT, dport=QAINA_UDP_PORT)
+               / QAINA(job_id=7, worker=2, flags=FLAG_RESULT, words=list(range(32))))
+    sw.hosts[5].send(transit)
+    got = results(sw, 3, count=1)
+    assert len(got) == 1 and list(got[0][QAINA].words) == list(range(32))
+    # No route: dropped and counted.
+    sw.hosts[1].send(Ether() / IP(src=int_to_ip(w0.ip), dst="10.9.9.9") / UDP())
+    assert all(results(sw, port, timeout=0.3) == [] for port in range(1, 6))
+    assert sw.counters("drops")[DROP_NO_ROUTE][0] == 1
