@@ -1,0 +1,127 @@
+"""GradiVeQ: linear PCA compression of gradient slices (Yu et al., NeurIPS 2018).
+
+The flattened gradient is cut into slices of ``d`` consecutive elements (the last one
+zero-padded). An orthonormal ``d x k`` basis ``U`` holds the top ``k`` principal
+directions of slices seen in a few early iterations; a slice ``g`` travels as its ``k``
+coefficients ``U^T g`` and comes back as ``U c``.
+
+The compression is linear, so the sum of the workers' compressed gradients is the
+compressed sum: the coefficients can be aggregated by ring all-reduce or by the switch
+without decompressing. Quantized with QSGD (:mod:`.quantize`), they ride the same lanes
+as any other gradient values.
+
+The directions are those of the uncentred second moment of the slices (no mean is
+subtracted), since a mean offset would break linearity. Every worker must use the same
+``U``: fit it on data all workers hold (e.g. the exact aggregates of the first
+iterations, which an uncompressed all-reduce gives everyone) or fit once and hand the
+basis around (:meth:`GradiVeQ.from_basis`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class GradiVeQ:
+    """A slice-wise PCA compressor: ``d`` elements per slice, ``k`` coefficients out."""
+
+    def __init__(self, d: int = 64, k: int = 8):
+        if d < 1 or not 1 <= k <= d:
+            raise ValueError(f"need 1 <= k <= d, got d={d} k={k}")
+        self.d = int(d)
+        self.k = int(k)
+        self.basis: np.ndarray | None = None  # d x k, orthonormal columns, float32
+        self.captured_energy: float | None = None  # of the fitted slices
+
+    @classmethod
+    def from_basis(cls, basis: np.ndarray) -> "GradiVeQ":
+        """A compressor with a given ``d x k`` basis (orthonormal columns)."""
+        basis = np.asarray(basis, dtype=np.float32)
+        if basis.ndim != 2:
+            raise ValueError(f"basis must be d x k, got shape {basis.shape}")
+        compressor = cls(*basis.shape)
+        gram = basis.astype(np.float64).T @ basis
+        if not np.allclose(gram, np.eye(compressor.k), atol=1e-4):
+            raise ValueError("basis columns are not orthonormal")
+        compressor.basis = basis
+        return compressor
+
+    def __repr__(self):
+        state = "fitted" if self.fitted else "not fitted"
+        return f"GradiVeQ(d={self.d}, k={self.k}, {state})"
+
+    @property
+    def fitted(self) -> bool:
+        return self.basis is not None
+
+    @property
+    def compression_ratio(self) -> float:
+        """Gradient elements per coefficient sent: ``d / k`` (padding aside)."""
+        return self.d / self.k
+
+    def slice_count(self, elements: int) -> int:
+        return -(-elements // self.d)
+
+    def compressed_size(self, elements: int) -> int:
+        """Coefficients that a gradient of ``elements`` values compresses to."""
+        return self.slice_count(elements) * self.k
+
+    def slices(self, grad: np.ndarray) -> np.ndarray:
+        """A flattened gradient as rows of ``d`` elements, the last row zero-padded."""
+        g = np.asarray(grad).reshape(-1)
+        rows = self.slice_count(len(g))
+        if rows * self.d == len(g):
+            return g.reshape(rows, self.d)
+        padded = np.zeros(rows * self.d, dtype=g.dtype)
+        padded[: len(g)] = g
+        return padded.reshape(rows, self.d)
+
+    def fit(self, slices: np.ndarray) -> "GradiVeQ":
+        """Fit the basis to stacked slices (``S x d``), e.g. of several workers' gradients."""
+        slices = np.asarray(slices, dtype=np.float64)
+        if slices.ndim != 2 or slices.shape[1] != self.d:
+            raise ValueError(f"slices must have shape (S, {self.d}), got {slices.shape}")
+        if len(slices) < self.k:
+            raise ValueError(f"{len(slices)} slices cannot span {self.k} directions")
+        _, singular, vt = np.linalg.svd(slices, full_matrices=False)
+        energy = singular**2
+        total = energy.sum()
+        self.captured_energy = float(energy[: self.k].sum() / total) if total > 0 else 1.0
+        self.basis = np.ascontiguousarray(vt[: self.k].T, dtype=np.float32)
+        return self
+
+    def fit_gradients(self, gradients) -> "GradiVeQ":
+        """Fit to the slices of several flattened gradients."""
+        return self.fit(np.concatenate([self.slices(g) for g in gradients]))
+
+    def compress(self, grad: np.ndarray) -> np.ndarray:
+        """The ``slice_count * k`` float32 coefficients of a flattened gradient."""
+        basis = self._basis()
+        return (self.slices(np.asarray(grad, dtype=np.float32)) @ basis).reshape(-1)
+
+    def decompress(self, coeffs: np.ndarray, elements: int | None = None) -> np.ndarray:
+        """The float32 gradient (first ``elements`` values; all slices if None)."""
+        basis = self._basis()
+        coeffs = np.asarray(coeffs, dtype=np.float32).reshape(-1)
+        if len(coeffs) % self.k:
+            raise ValueError(f"{len(coeffs)} coefficients are not whole slices of {self.k}")
+        grad = (coeffs.reshape(-1, self.k) @ basis.T).reshape(-1)
+        if elements is None:
+            return grad
+        if not 0 <= elements <= len(grad):
+            raise ValueError(f"{len(coeffs)} coefficients hold at most {len(grad)} elements")
+        return grad[:elements]
+
+    def relative_error(self, grad: np.ndarray) -> float:
+        """``|g - decompress(compress(g))| / |g|``: what the basis cannot express."""
+        g = np.asarray(grad, dtype=np.float32).reshape(-1)
+        norm = np.linalg.norm(g.astype(np.float64))
+        if norm == 0:
+            return 0.0
+        error = self.decompress(self.compress(g), len(g)).astype(np.float64) - g
+        return float(np.linalg.norm(error) / norm)
+
+    def _basis(self) -> np.ndarray:
+        if self.basis is None:
+            raise RuntimeError("GradiVeQ has no basis yet: call fit() first")
+        return self.basis

@@ -1,0 +1,323 @@
+"""Gradient trace sets (hosts/traces.py): format, lookup, recorder, bundled set."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from qaina_bench.hosts import traces
+from qaina_bench.hosts.traces import (Layer, NumpyMLP, TraceError, TraceSet, default_trace_dir,
+                                      find_trace, list_traces, open_trace, record,
+                                      write_trace)
+
+LAYERS = [("a.weight", (3, 4)), ("a.bias", (3,))]
+
+
+def small_gradients(workers=3, iterations=2, elements=15, seed=0):
+    rng = np.random.default_rng(seed)
+    return [[rng.standard_normal(elements).astype(np.float32) for _ in range(iterations)]
+            for _ in range(workers)]
+
+
+@pytest.fixture
+def small_trace(tmp_path):
+    grads = small_gradients()
+    trace = write_trace(tmp_path / "small", grads, model="toy", dataset="random",
+                        layers=LAYERS, seed=7, note={"any": [1, 2]})
+    return trace, grads
+
+
+# -- format -------------------------------------------------------------------------------
+
+def test_round_trip(small_trace):
+    written, grads = small_trace
+    trace = TraceSet.open(written.path)
+    assert (trace.workers, trace.iterations, trace.elements) == (3, 2, 15)
+    assert (trace.name, trace.model, trace.dataset) == ("small", "toy", "random")
+    assert trace.layers == [Layer("a.weight", (3, 4)), Layer("a.bias", (3,))]
+    assert trace.manifest["seed"] == 7 and trace.manifest["note"] == {"any": [1, 2]}
+    for k in range(3):
+        for i in range(2):
+            grad = trace.gradient(k, i)
+            assert grad.dtype == np.float32
+            np.testing.assert_array_equal(grad, grads[k][i])
+    exact = trace.exact_sum(1)
+    assert exact.dtype == np.float64
+    np.testing.assert_array_equal(exact, sum(g[1].astype(np.float64) for g in grads))
+    np.testing.assert_array_equal(trace.exact_sum(0, workers=[0, 2]),
+                                  grads[0][0].astype(np.float64) + grads[2][0])
+    np.testing.assert_array_equal(trace.gradients(0), np.stack([g[0] for g in grads]))
+    views = trace.layer_views(grads[0][0])
+    assert views["a.weight"].shape == (3, 4) and views["a.bias"].shape == (3,)
+    np.testing.assert_array_equal(views["a.bias"], grads[0][0][12:])
+
+
+def test_files_on_disk_are_the_documented_layout(small_trace):
+    trace, grads = small_trace
+    assert sorted(p.name for p in trace.path.iterdir()) == [
+        "manifest.json", "worker0.npz", "worker1.npz", "worker2.npz"]
+    manifest = json.loads((trace.path / "manifest.json").read_text())
+    assert manifest["format"] == "qaina-trace" and manifest["version"] == 1
+    assert manifest["layers"] == [{"name": "a.weight", "shape": [3, 4]},
+                                  {"name": "a.bias", "shape": [3]}]
+    with np.load(trace.path / "worker1.npz") as npz:
+        assert sorted(npz.files) == ["it0", "it1"]
+        np.testing.assert_array_equal(npz["it1"], grads[1][1])
+
+
+def test_out_of_range_indices(small_trace):
+    trace, _ = small_trace
+    with pytest.raises(IndexError):
+        trace.gradient(3, 0)
+    with pytest.raises(IndexError):
+        trace.gradient(0, 2)
+
+
+def test_write_refuses_to_clobber_and_leaves_nothing_half_written(tmp_path, small_trace):
+    trace, _ = small_trace
+    with pytest.raises(TraceError, match="exists"):
+        write_trace(trace.path, small_gradients(), model="toy", dataset="d", layers=LAYERS)
+    replaced = write_trace(trace.path, small_gradients(workers=2, seed=1), model="toy",
+                           dataset="d", layers=LAYERS, overwrite=True)
+    assert replaced.workers == 2
+    with pytest.raises(TraceError, match="16 elements"):
+        write_trace(tmp_path / "bad", small_gradients(elements=16), model="toy",
+                    dataset="d", layers=LAYERS)
+    assert not (tmp_path / "bad").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small"]  # no staging left
+
+
+# -- errors -------------------------------------------------------------------------------
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(TraceError, match="no such directory"):
+        TraceSet.open(tmp_path / "nothing")
+
+
+def test_missing_manifest(small_trace):
+    trace, _ = small_trace
+    (trace.path / "manifest.json").unlink()
+    with pytest.raises(TraceError, match="missing manifest.json"):
+        TraceSet.open(trace.path)
+
+
+def edit_manifest(trace, **changes):
+    file = trace.path / "manifest.json"
+    manifest = json.loads(file.read_text())
+    for key, value in changes.items():
+        if value is None:
+            del manifest[key]
+        else:
+            manifest[key] = value
+    file.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"workers": None, "layers": None}, "missing layers, workers"),
+    ({"format": "npz"}, "format 'npz'"),
+    ({"version": 2}, "format version 2"),
+    ({"workers": 0}, "workers must be a positive integer"),
+    ({"elements": 16}, "the layers hold 15 elements, the manifest says 16"),
+    ({"layers": [{"name": "x"}]}, "layers must be a list"),
+    ({"workers": 4}, "missing worker3.npz"),
+    ({"iterations": 3}, "no array it2"),
+])
+def test_bad_manifest(small_trace, changes, message):
+    trace, _ = small_trace
+    edit_manifest(trace, **changes)
+    with pytest.raises(TraceError, match=message):
+        TraceSet.open(trace.path)
+
+
+def test_corrupt_manifest(small_trace):
+    trace, _ = small_trace
+    (trace.path / "manifest.json").write_text("{ not json")
+    with pytest.raises(TraceError, match="not valid JSON"):
+        TraceSet.open(trace.path)
+
+
+def test_missing_worker_file(small_trace):
+    trace, _ = small_trace
+    (trace.path / "worker1.npz").unlink()
+    with pytest.raises(TraceError, match="missing worker1.npz"):
+        TraceSet.open(trace.path)
+
+
+def test_shape_mismatch(small_trace):
+    trace, _ = small_trace
+    np.savez_compressed(trace.path / "worker2.npz", it0=np.zeros(15, np.float32),
+                        it1=np.zeros(14, np.float32))
+    with pytest.raises(TraceError, match=r"worker2.npz: it1 is float32 \(14,\), "
+                                         r"expected float32 \(15,\)"):
+        TraceSet.open(trace.path)
+    np.savez_compressed(trace.path / "worker2.npz", it0=np.zeros(15, np.float64),
+                        it1=np.zeros(15, np.float32))
+    with pytest.raises(TraceError, match="it0 is float64"):
+        TraceSet.open(trace.path)
+
+
+def test_corrupt_worker_file(small_trace):
+    trace, _ = small_trace
+    (trace.path / "worker0.npz").write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(TraceError, match="worker0.npz: not a readable .npz file"):
+        TraceSet.open(trace.path)
+
+
+# -- finding ------------------------------------------------------------------------------
+
+def test_bundled_traces_are_found_by_name():
+    assert (default_trace_dir() / "digits-mlp" / "manifest.json").is_file()
+    assert find_trace("digits-mlp") == default_trace_dir() / "digits-mlp"
+    assert "digits-mlp" in [entry.name for entry in list_traces()]
+
+
+def test_user_directories_come_first(tmp_path):
+    user = tmp_path / "user"
+    write_trace(user / "digits-mlp", small_gradients(), model="toy", dataset="d",
+                layers=LAYERS)
+    write_trace(user / "mine", small_gradients(), model="toy", dataset="d", layers=LAYERS)
+    (user / "broken").mkdir()
+    (user / "broken" / "manifest.json").write_text("[]")
+    (user / "not-a-trace").mkdir()
+    assert find_trace("digits-mlp", [user]) == user / "digits-mlp"
+    assert open_trace("digits-mlp", [user]).model == "toy"
+    assert open_trace(str(user / "mine")).name == "mine"  # a path works too
+    entries = {entry.name: entry for entry in list_traces([tmp_path / "absent", user])}
+    assert set(entries) == {"broken", "digits-mlp", "mine"}
+    assert entries["digits-mlp"].path == user / "digits-mlp"
+    assert entries["mine"].workers == 3 and entries["mine"].problem is None
+    assert "JSON object" in entries["broken"].problem
+
+
+def test_unknown_name_says_where_it_looked(tmp_path):
+    with pytest.raises(TraceError, match=r"no trace set 'nope' \(searched .*known: .*digits-mlp"):
+        find_trace("nope", [tmp_path])
+
+
+def test_command_line(capsys, small_trace):
+    trace, _ = small_trace
+    assert traces.main(["--dir", str(trace.path.parent), "list"]) == 0
+    out = capsys.readouterr().out
+    assert "digits-mlp" in out and "small\ttoy\t3 workers" in out
+    assert traces.main(["show", str(trace.path)]) == 0
+    assert '"workers": 3' in capsys.readouterr().out
+    assert traces.main(["show", "nope"]) == 1
+    assert "no trace set 'nope'" in capsys.readouterr().err
+
+
+# -- the numpy model ----------------------------------------------------------------------
+
+def test_mlp_gradient_matches_finite_differences():
+    from sklearn.datasets import load_digits
+    digits = load_digits()
+    x, y = digits.data[:20] / 16.0, digits.target[:20]
+    net = NumpyMLP((64, 16, 12, 10))
+    params = net.init_params(np.random.default_rng(0)).astype(np.float64)
+    params += np.random.default_rng(1).normal(0, 0.05, len(params))  # non-zero biases
+    loss, grad = net.loss_and_grad(params, x, y)
+    assert grad.shape == (net.elements,) and grad.dtype == np.float64
+    assert loss == pytest.approx(net.loss(params, x, y))
+    # every bias and 40 weights of each layer, by central differences
+    rng, start, coords = np.random.default_rng(2), 0, []
+    for layer in net.layers:
+        picks = np.arange(layer.size) if len(layer.shape) == 1 else rng.choice(layer.size, 40)
+        coords.extend(start + picks)
+        start += layer.size
+    eps = 1e-6
+    numeric = []
+    for j in coords:
+        step = np.zeros_like(params)
+        step[j] = eps
+        numeric.append((net.loss(params + step, x, y) - net.loss(params - step, x, y)) / (2 * eps))
+    np.testing.assert_allclose(grad[coords], numeric, rtol=1e-5, atol=1e-8)
+    assert np.abs(grad[coords]).max() > 1e-3  # a vanishing gradient would pass trivially
+
+
+def test_mlp_layers_follow_the_torch_naming():
+    net = NumpyMLP((64, 128, 64, 10))
+    assert [(layer.name, layer.shape) for layer in net.layers] == [
+        ("fc1.weight", (128, 64)), ("fc1.bias", (128,)), ("fc2.weight", (64, 128)),
+        ("fc2.bias", (64,)), ("fc3.weight", (10, 64)), ("fc3.bias", (10,))]
+    assert net.elements == 17226
+
+
+# -- the recorder -------------------------------------------------------------------------
+
+def test_recorder_trains_and_records_per_worker_gradients(tmp_path):
+    trace = record("rec", tmp_path, workers=3, iterations=6, seed=3, hidden=(32,),
+                   learning_rate=0.3, batch_size=24)
+    assert (trace.workers, trace.iterations) == (3, 6)
+    assert trace.elements == 64 * 32 + 32 + 32 * 10 + 10
+    m = trace.manifest
+    assert m["model"] == "mlp" and m["hidden"] == [32] and m["batch_size"] == 24 and m["learning_rate"] == 0.3
+    assert m["worker_seeds"] == [[3, 1], [3, 2], [3, 3]]
+    assert sum(m["shard_sizes"]) == 1437 and len(m["loss"]) == 6
+    train_loss = m["train_loss"] + [m["final_train_loss"]]
+    assert np.all(np.diff(train_loss) < 0), train_loss
+    assert train_loss[-1] < 0.8 * train_loss[0]
+    assert m["test_accuracy"]["final"] > m["test_accuracy"]["initial"]
+    for i in range(trace.iterations):
+        grads = trace.gradients(i)
+        assert np.all(np.isfinite(grads)) and np.abs(grads).max() > 0
+        for a in range(3):
+            for b in range(a + 1, 3):
+                assert not np.allclose(grads[a], grads[b])
+    # the workers' gradients agree in direction: they are gradients of one model
+    g0, g1 = trace.gradient(0, 0), trace.gradient(1, 0)
+    assert g0 @ g1 > 0.3 * np.linalg.norm(g0) * np.linalg.norm(g1)
+
+
+def test_recorder_checks_its_arguments(tmp_path):
+    with pytest.raises(TraceError, match="unknown model"):
+        record("x", tmp_path, model="rnn")
+    with pytest.raises(TraceError, match="batch size 500 exceeds"):
+        record("x", tmp_path, workers=8, iterations=1, batch_size=500)
+    assert not (tmp_path / "x").exists()
+
+
+def test_cnn_without_torch_says_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
+    with pytest.raises(TraceError, match=r"pip install torch==2\.13\.0"):
+        record("cnn", tmp_path, model="cnn", workers=2, iterations=1)
+
+
+def test_cnn_records_with_torch(tmp_path):
+    pytest.importorskip("torch")
+    trace = record("cnn", tmp_path, model="cnn", workers=2, iterations=5, seed=1,
+                   learning_rate=0.5)
+    assert trace.model == "cnn"
+    assert [layer.name for layer in trace.layers] == [
+        "conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc.weight", "fc.bias"]
+    assert trace.elements == 8 * 9 + 8 + 16 * 8 * 9 + 16 + 64 * 10 + 10
+    assert trace.manifest["final_train_loss"] < trace.manifest["train_loss"][0]
+    assert not np.allclose(trace.gradient(0, 0), trace.gradient(1, 0))
+    assert "torch" in trace.manifest["created_by"]
+
+
+# -- the bundled trace set ----------------------------------------------------------------
+
+def test_bundled_default_trace():
+    trace = open_trace("digits-mlp")
+    assert (trace.workers, trace.iterations) == (8, 12)
+    assert trace.model == "mlp" and trace.manifest["created_by"]["recorder"] == traces.RECORDER
+    size = sum(p.stat().st_size for p in trace.path.iterdir())
+    assert size <= 3 * 2**20
+    train_loss = trace.manifest["train_loss"] + [trace.manifest["final_train_loss"]]
+    assert train_loss[-1] < 0.7 * train_loss[0]
+    last = trace.gradients(trace.iterations - 1)
+    assert np.all(np.isfinite(last)) and not np.allclose(last[0], last[1])
+
+
+def test_bundled_trace_is_what_the_recorder_makes(tmp_path):
+    shipped = open_trace("digits-mlp")
+    m = shipped.manifest
+    again = record("again", tmp_path, m["model"], m["workers"], 2, m["seed"],
+                   batch_size=m["batch_size"], learning_rate=m["learning_rate"],
+                   hidden=tuple(m["hidden"]),
+                   test_fraction=m["test_fraction"])
+    assert again.layers == shipped.layers
+    for i in range(2):
+        for k in range(m["workers"]):
+            np.testing.assert_allclose(again.gradient(k, i), shipped.gradient(k, i),
+                                       rtol=1e-4, atol=1e-6)
