@@ -1,0 +1,177 @@
+"""Benchmarks that print figures (never timed tests).
+
+``switch``: aggregation packets per second through one embedded switch process on one
+core. Four worker ports on veth pairs; a sender on the other core replays precomputed
+contributions of a 4-worker job (every slot of a window used with alternating copies,
+as agents do) at a fixed offered rate; the switch's own P4Runtime counters say how
+many it aggregated. Run as root::
+
+    python -m qaina_bench.harness.bench switch --bits 4 --bits 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..hosts.lanes import LaneFormat
+from ..p4.header import QAINA_WORDS
+from .control import SwitchConnection
+from .jobs import Job, Worker, program_aggregator, program_job, program_route
+from .targets import EmbeddedTarget
+
+AGG_IP = 0x0AFF0001  # 10.255.0.1
+AGG_MAC = bytes.fromhex("0200000000ff")
+WORKERS = 4
+BENCH_SLOTS = 256
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _frames(job: Job, slots: int) -> list[tuple[int, bytes]]:
+    """(worker, frame) for two uses of every slot, in arrival order."""
+    from ..p4.header import QAINA_STRUCT, QAINA_UDP_PORT, UDP_TOTAL_LEN, IPV4_TOTAL_LEN
+    from ..p4.embedded.pipeline import ipv4_checksum
+    import struct
+    rng = np.random.default_rng(0)
+    out = []
+    for use in range(2):
+        for slot in range(slots):
+            for w in job.workers:
+                words = job.fmt.pack(rng.integers(-job.fmt.levels, job.fmt.levels + 1,
+                                                  QAINA_WORDS * job.fmt.lanes))
+                f = bytearray(AGG_MAC + w.mac.to_bytes(6, "big") + b"\x08\x00")
+                f += struct.pack("!BBHHHBBH", 0x45, 0, IPV4_TOTAL_LEN, 0, 0, 64, 17, 0)
+                f += w.ip.to_bytes(4, "big") + AGG_IP.to_bytes(4, "big")
+                f += struct.pack("!HHHH", QAINA_UDP_PORT, QAINA_UDP_PORT, UDP_TOTAL_LEN, 0)
+                f += QAINA_STRUCT.pack(job.job_id, w.index, 0, slot, use, 0, use * slots + slot)
+                f += words.astype(">u4").tobytes()
+                struct.pack_into("!H", f, 24, ipv4_checksum(f))
+                out.append((w.index, bytes(f)))
+    return out
+
+
+class VethPorts:
+    """Veth pairs for the benchmark; removes exactly the ones it made."""
+
+    def __init__(self, n: int):
+        self.prefix = f"qb{os.getpid() % 10000}x"
+        self.names = []
+        for i in range(1, n + 1):
+            sw, host = f"{self.prefix}{i}s", f"{self.prefix}{i}h"
+            subprocess.run(["ip", "link", "add", sw, "type", "veth", "peer", "name", host],
+                           check=True)
+            self.names.append((sw, host))
+            for ifname in (sw, host):
+                subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"],
+                               capture_output=True)
+                subprocess.run(["ip", "link", "set", ifname, "up"], check=True)
+
+    def remove(self):
+        for sw, _ in self.names:
+            subprocess.run(["ip", "link", "del", sw], capture_output=True)
+
+
+def switch_bench(bits: int, rate: float, seconds: float, workdir: Path) -> dict:
+    """Offer ``rate`` contributions/s for ``seconds``; return what the switch did."""
+    veths = VethPorts(WORKERS)
+    target = EmbeddedTarget("bench", {i + 1: sw for i, (sw, _) in enumerate(veths.names)},
+                            _free_port(), 1, workdir / f"switch-b{bits}.log", cpu=0)
+    conn = None
+    socks = []
+    try:
+        target.start()
+        conn = SwitchConnection("bench", target.grpc_addr, 1)
+        target.wait_ready(conn)
+        conn.arbitrate()
+        conn.set_pipeline()
+        job = Job(1, 0, LaneFormat(bits, WORKERS), 0, BENCH_SLOTS,
+                  [Worker(k, 0x0A000001 + k, 0x020000000001 + k, k + 1) for k in range(WORKERS)])
+        program_aggregator(conn, AGG_IP)
+        program_job(conn, job)
+        for w in job.workers:
+            program_route(conn, w.ip, 32, w.port)
+        frames = _frames(job, BENCH_SLOTS)
+        for _, host in veths.names:  # protocol 0: send only, results are not read
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+            s.bind((host, 0))
+            socks.append(s)
+        os.sched_setaffinity(0, {1})
+        sends = [(socks[w].send, f) for w, f in frames]
+        burst = 32
+        interval = burst / rate
+        sent = 0
+        start = time.perf_counter()
+        next_t = start
+        end = start + seconds
+        i, n = 0, len(sends)
+        while True:
+            now = time.perf_counter()
+            if now >= end:
+                break
+            if now < next_t:
+                time.sleep(max(0.0, next_t - now - 50e-6))
+                continue
+            for _ in range(burst):
+                send, f = sends[i]
+                send(f)
+                i = i + 1 if i + 1 < n else 0
+            sent += burst
+            next_t += interval
+        elapsed = time.perf_counter() - start
+        time.sleep(0.5)  # let the switch finish its queue
+        counters = conn.read_counters()
+        aggregated = counters["MyIngress.agg_packets"][0][0]
+        closed = counters["MyIngress.slots_closed"][0][0]
+        fmt = job.fmt
+        elems = closed * QAINA_WORDS * fmt.lanes
+        return {"bits": bits, "lanes": fmt.lanes, "offered_pps": sent / elapsed,
+                "aggregated_pps": aggregated / elapsed, "aggregated_fraction": aggregated / sent,
+                "completions_per_s": closed / elapsed,
+                "fp32_gbps": elems * 32 / elapsed / 1e9}
+    finally:
+        for s in socks:
+            s.close()
+        if conn is not None:
+            conn.close()
+        target.stop()
+        veths.remove()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m qaina_bench.harness.bench")
+    sub = ap.add_subparsers(dest="what", required=True)
+    sw = sub.add_parser("switch", help="aggregation packets/s through one embedded switch")
+    sw.add_argument("--bits", type=int, action="append", help="bit width (repeatable)")
+    sw.add_argument("--rate", type=float, action="append",
+                    help="offered contributions/s (repeatable; default a sweep)")
+    sw.add_argument("--seconds", type=float, default=4.0)
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        ap.error("the switch benchmark needs root (veth pairs, raw sockets)")
+    rates = args.rate or [50_000, 80_000, 100_000, 120_000, 150_000]
+    print(f"{'bits':>4} {'m':>2} {'offered pps':>12} {'aggregated pps':>15} {'agg %':>6} "
+          f"{'fp32 Gbit/s':>11}")
+    with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
+        for bits in args.bits or [4, 32]:
+            for rate in rates:
+                r = switch_bench(bits, rate, args.seconds, Path(tmp))
+                print(f"{bits:>4} {r['lanes']:>2} {r['offered_pps']:>12,.0f} "
+                      f"{r['aggregated_pps']:>15,.0f} {100 * r['aggregated_fraction']:>5.1f}% "
+                      f"{r['fp32_gbps']:>11.3f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
