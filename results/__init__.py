@@ -1,1 +1,271 @@
-"""Result sets: ``results/<run-id>/`` written, read and summarised."""
+"""Result sets: ``results/<run-id>/`` written during a run, read and summarised after.
+
+A result set holds:
+
+* ``config.yaml``      the resolved configuration (``qaina-bench run`` repeats it);
+* ``iterations.csv``   one row per job, worker and iteration (see ``ITERATION_COLUMNS``);
+* ``timeseries.csv``   switch samples (slots in use per job and switch, counters), link
+                       byte counters per switch interface, drops by reason;
+* ``summary.json``     per job: completion times, throughput, slot usage, register-bit
+                       efficiency, aggregation error; plus the run's facts and versions;
+* ``logs/``            every switch's and agent's log; ``agents/`` their raw records;
+* ``*.png``            plots of slot usage and iteration completion times.
+
+Every number of ``summary.json`` is computed here, in ``summarise``, from the rows of
+``iterations.csv`` and ``timeseries.csv``; ``tests`` check that they agree.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+ITERATION_COLUMNS = ["job", "worker", "iteration", "start", "end", "completion_s", "elements",
+                     "packets_sent", "packets_received", "bytes_sent", "bytes_received",
+                     "retransmissions", "duplicates", "clipped", "rel_error", "encode_s",
+                     "decode_s", "rtt_median_s"]
+TIMESERIES_COLUMNS = ["time", "kind", "switch", "job", "interface", "slots_opened",
+                      "slots_closed", "slots_in_use", "agg_packets", "retx_answered",
+                      "results_sent", "bytes_sent", "bytes_recv", "packets_sent",
+                      "packets_recv", "reason", "drops"]
+REGISTER_BITS_PER_SLOT = 32 * 32  # QAINA_WORDS 32-bit words
+
+from ..p4.embedded.pipeline import DROP_REASONS  # noqa: E402  (names of drop reasons)
+
+
+class ResultWriter:
+    """Writes one result set as the run goes, so an interrupted run keeps its data."""
+
+    def __init__(self, directory: Path):
+        self.dir = Path(directory)
+        self.log_dir = self.dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=False)
+        self._ts = open(self.dir / "timeseries.csv", "w", newline="", buffering=1)
+        self._ts_writer = csv.DictWriter(self._ts, TIMESERIES_COLUMNS)
+        self._ts_writer.writeheader()
+        self.errors: list[str] = []
+
+    def write_config(self, text: str):
+        (self.dir / "config.yaml").write_text(text)
+
+    def note_error(self, message: str):
+        self.errors.append(message)
+
+    def add_sample(self, row: dict):
+        self._ts_writer.writerow({"kind": "slots", **row})
+
+    def add_link_sample(self, row: dict):
+        self._ts_writer.writerow({"kind": "link", **row})
+
+    def add_drops(self, t: float, switch: str, drops: dict[int, int]):
+        for reason, count in sorted(drops.items()):
+            if count:
+                self._ts_writer.writerow({"time": t, "kind": "drops", "switch": switch,
+                                          "reason": DROP_REASONS.get(reason, str(reason)),
+                                          "drops": count})
+
+    def close(self):
+        if not self._ts.closed:
+            self._ts.close()
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _num(v):
+    if v in ("", None):
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        return v
+    return int(f) if f.is_integer() and "." not in str(v) else f
+
+
+def iteration_rows(agents: list[dict]) -> list[dict]:
+    rows = []
+    for a in agents:
+        for r in a["records"]:
+            if r.get("type") == "iteration":
+                rows.append({"job": a["job"], "worker": a["worker"],
+                             **{k: r.get(k) for k in ITERATION_COLUMNS[2:]}})
+    rows.sort(key=lambda r: (r["job"], r["iteration"], r["worker"]))
+    return rows
+
+
+def software_versions() -> dict:
+    from importlib import metadata
+    out = {"python": platform.python_version(), "kernel": platform.release()}
+    for dist in ("qaina-bench", "numpy", "grpcio", "p4runtime", "mininet", "scapy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: str | None,
+                warmups: list[dict]) -> dict:
+    """The summary of one job from its iteration rows and switch samples."""
+    mine = [r for r in rows if r["job"] == job["job_id"]]
+    out = dict(job)
+    if not mine:
+        out.update(iterations_done=0)
+        return out
+    ct = np.array([r["completion_s"] for r in mine], dtype=float)
+    iterations = sorted({r["iteration"] for r in mine})
+    workers = sorted({r["worker"] for r in mine})
+    complete = [i for i in iterations
+                if sum(1 for r in mine if r["iteration"] == i) == job["workers"]]
+    start = min(r["start"] for r in mine)
+    end = max(r["end"] for r in mine)
+    job_time = end - start
+    elements = mine[0]["elements"]
+    chunks = -(-elements // (32 * job["lanes"]))
+    aggregated = elements * len(complete)
+    slots = [s for s in samples if int(s["job"]) == job["job_id"]
+             and (aggregator is None or s["switch"] == aggregator)
+             and start <= float(s["time"]) <= end]
+    in_use = np.array([float(s["slots_in_use"]) for s in slots]) if slots else np.zeros(1)
+    held_bits = REGISTER_BITS_PER_SLOT * chunks
+    out.update(
+        iterations_done=len(complete),
+        workers_reporting=len(workers),
+        iteration_completion_mean_s=float(ct.mean()),
+        iteration_completion_p99_s=float(np.percentile(ct, 99)),
+        job_completion_s=job_time,
+        warmup_s=max((w["end"] - w["start"] for w in warmups), default=None),
+        elements_per_iteration=elements,
+        elements_per_s=aggregated / job_time if job_time > 0 else None,
+        fp32_equivalent_gbps=aggregated * 32 / job_time / 1e9 if job_time > 0 else None,
+        slots_peak=float(in_use.max()),
+        slots_mean=float(in_use.mean()),
+        slot_samples=len(slots),
+        elements_per_register=job["lanes"],
+        register_bit_efficiency=elements * job["bits"] / held_bits,
+        rel_error_mean=float(np.mean([r["rel_error"] for r in mine])),
+        rel_error_max=float(np.max([r["rel_error"] for r in mine])),
+        retransmissions=int(sum(r["retransmissions"] for r in mine)),
+        clipped_elements=int(sum(r["clipped"] for r in mine)),
+        bytes_sent=int(sum(r["bytes_sent"] for r in mine)),
+        bytes_received=int(sum(r["bytes_received"] for r in mine)),
+    )
+    return out
+
+
+def link_summary(samples: list[dict]) -> dict:
+    """Wire bytes per switch interface over the run (first to last sample)."""
+    first, last = {}, {}
+    for s in samples:
+        first.setdefault(s["interface"], s)
+        last[s["interface"]] = s
+    return {name: {"bytes_sent": int(last[name]["bytes_sent"]) - int(first[name]["bytes_sent"]),
+                   "bytes_recv": int(last[name]["bytes_recv"]) - int(first[name]["bytes_recv"])}
+            for name in sorted(first)}
+
+
+def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict:
+    """Write iterations.csv, summary.json and the plots; returns the summary."""
+    writer.close()
+    rows = iteration_rows(agents)
+    with open(writer.dir / "iterations.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, ITERATION_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    series = read_csv(writer.dir / "timeseries.csv")
+    slot_samples = [s for s in series if s["kind"] == "slots"]
+    link_samples = [s for s in series if s["kind"] == "link"]
+    first_send = min((r["start"] for a in agents for r in a["records"]
+                      if r.get("type") in ("warmup", "iteration")), default=None)
+    jobs = []
+    for job in meta["jobs"]:
+        warmups = [r for a in agents if a["job"] == job["job_id"] for r in a["records"]
+                   if r.get("type") == "warmup"]
+        jobs.append(job_summary(job, rows, slot_samples, meta.get("aggregator"), warmups))
+    errors = [r.get("message") for a in agents for r in a["records"] if r.get("type") == "error"]
+    config = asdict(cfg)
+    summary = {
+        "run_id": meta["run_id"],
+        "status": meta["status"],
+        "complete": meta["status"] == "complete",
+        "target": cfg.target,
+        "topology": cfg.topo,
+        "aggregator": meta.get("aggregator"),
+        "jobs_count": cfg.jobs,
+        "workers": cfg.workers,
+        "bits": cfg.job_bits(),
+        "iterations": cfg.iterations,
+        "trace": cfg.trace,
+        "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},
+        "startup_to_first_send_s": (first_send - meta["events"]["invoked"]
+                                    if first_send else None),
+        "events": meta["events"],
+        "jobs": jobs,
+        "link_bytes": link_summary(link_samples),
+        "errors": writer.errors + [e for e in errors if e],
+        "software": software_versions(),
+        "config": config,
+        "written": time.time(),
+    }
+    (writer.dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    try:
+        plot(writer.dir, rows, slot_samples, meta)
+    except Exception as exc:  # plots are a convenience; the numbers are in the files
+        summary["errors"].append(f"plotting failed: {exc}")
+        (writer.dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def plot(directory: Path, rows: list[dict], slot_samples: list[dict], meta: dict):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if slot_samples:
+        t0 = min(float(s["time"]) for s in slot_samples)
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        agg = meta.get("aggregator")
+        for job in meta["jobs"]:
+            pts = [(float(s["time"]) - t0, float(s["slots_in_use"])) for s in slot_samples
+                   if int(s["job"]) == job["job_id"] and (agg is None or s["switch"] == agg)]
+            if pts:
+                ax.step(*zip(*pts), where="post",
+                        label=f"job {job['job_id']} (b={job['bits']}, m={job['lanes']})")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("slots in use")
+        ax.set_title("Aggregator slots held per job")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(directory / "slots.png", dpi=120)
+        plt.close(fig)
+    if rows:
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        for job in meta["jobs"]:
+            mine = [r for r in rows if r["job"] == job["job_id"]]
+            its = sorted({r["iteration"] for r in mine})
+            means = [np.mean([r["completion_s"] for r in mine if r["iteration"] == i]) * 1e3
+                     for i in its]
+            ax.plot(its, means, marker="o", label=f"job {job['job_id']} (b={job['bits']})")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("completion time (ms)")
+        ax.set_title("Iteration completion time (mean over workers)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(directory / "iterations.png", dpi=120)
+        plt.close(fig)
+
+
+def load_summary(directory: Path) -> dict:
+    return json.loads((Path(directory) / "summary.json").read_text())
+
+
+def list_runs(results_dir: Path) -> list[Path]:
+    return sorted(p for p in Path(results_dir).glob("*") if (p / "config.yaml").exists())

@@ -1,0 +1,279 @@
+"""The ``qaina-bench`` command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import click
+
+from .config import ConfigError, RunConfig, check_system
+
+DEFAULTS = RunConfig()
+
+
+def _fail(exc: Exception):
+    raise click.ClickException(str(exc)) from None
+
+
+class BitsType(click.ParamType):
+    """``4`` or ``4,32``: one width for every job, or one per job."""
+
+    name = "BITS"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        try:
+            return [int(v) for v in str(value).split(",")]
+        except ValueError:
+            self.fail(f"{value!r} is not a bit width or a comma-separated list of them",
+                      param, ctx)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="qaina-bench")
+def main():
+    """Testbed for quantization-aware in-network aggregation (QAINA) of gradients."""
+
+
+def run_options(f):
+    opts = [
+        click.option("--topo", type=click.Choice(["star", "dumbbell", "leafspine"]),
+                     default=DEFAULTS.topo, show_default=True, help="topology"),
+        click.option("--target", type=click.Choice(["embedded", "bmv2"]),
+                     default=DEFAULTS.target, show_default=True, help="switch program"),
+        click.option("--jobs", type=int, default=DEFAULTS.jobs, show_default=True),
+        click.option("--workers", type=int, default=DEFAULTS.workers, show_default=True,
+                     help="workers per job"),
+        click.option("--bits", type=BitsType(), default="4", show_default=True,
+                     help="quantization bits (1..8 or 32), one for all jobs or one per job"),
+        click.option("--iterations", type=int, default=DEFAULTS.iterations, show_default=True),
+        click.option("--slots", type=int, default=DEFAULTS.slots, show_default=True,
+                     help="aggregator slots per job (the window)"),
+        click.option("--trace", default=DEFAULTS.trace, show_default=True,
+                     help="gradient trace set (see `traces list`)"),
+        click.option("--trace-dir", "trace_dirs", multiple=True, type=click.Path(),
+                     help="also look for trace sets here (before the bundled ones)"),
+        click.option("--bw", type=float, help="link bandwidth, Mbit/s"),
+        click.option("--delay", help="link delay, e.g. 0.5ms"),
+        click.option("--loss", type=float, help="link loss, percent"),
+        click.option("--spines", type=int, default=DEFAULTS.spines, show_default=True),
+        click.option("--leaves", type=int, default=DEFAULTS.leaves, show_default=True),
+        click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True),
+        click.option("--results-dir", type=click.Path(), default=DEFAULTS.results_dir,
+                     show_default=True),
+        click.option("--run-id", help="name of the result set (default: time and setup)"),
+        click.option("--timeout", type=float, default=DEFAULTS.timeout, show_default=True,
+                     help="seconds before the run is stopped"),
+        click.option("--record-levels", is_flag=True,
+                     help="agents keep their levels and the received sums (for checks)"),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def execute(cfg: RunConfig) -> dict:
+    from .run import Run, RunError
+    from .control import ControlError
+    from .targets import TargetError
+    try:
+        run = Run(cfg, echo=click.echo)
+    except ConfigError as exc:
+        _fail(exc)
+    try:
+        summary = run.execute()
+    except (RunError, ControlError, TargetError, OSError) as exc:
+        click.echo(f"results so far: {run.dir}", err=True)
+        _fail(exc)
+    print_summary(summary, run.dir)
+    if summary["status"] == "interrupted":
+        sys.exit(130)
+    if not summary["complete"]:
+        sys.exit(1)
+    return summary
+
+
+@main.command()
+@run_options
+def up(**opts):
+    """Build the network, run the jobs, measure, tear down, summarise."""
+    opts["trace_dirs"] = list(opts["trace_dirs"])
+    execute(RunConfig(**opts))
+
+
+@main.command()
+@click.argument("config", type=click.Path())
+@click.option("--run-id", help="name of the new result set")
+def run(config, run_id):
+    """Run the configuration in CONFIG.yaml (e.g. a saved results/<run>/config.yaml)."""
+    try:
+        cfg = RunConfig.from_yaml(config)
+    except (ConfigError, TypeError) as exc:
+        _fail(exc)
+    cfg.run_id = run_id
+    execute(cfg)
+
+
+def print_summary(summary: dict, directory: Path):
+    click.echo(f"\n{summary['run_id']}: {summary['status']} ({summary['topology']}, "
+               f"{summary['target']})")
+    head = (f"{'job':>3} {'b':>3} {'w':>3} {'m':>2} {'iters':>5} {'iter ms':>8} {'p99 ms':>8} "
+            f"{'job s':>6} {'Melem/s':>8} {'fp32 Gb/s':>9} {'slots pk':>8} {'mean':>5} "
+            f"{'eff':>5} {'rel err':>8} {'retx':>5}")
+    click.echo(head)
+    for j in summary["jobs"]:
+        if not j.get("iterations_done"):
+            click.echo(f"{j['job_id']:>3} {j['bits']:>3}  no iteration completed")
+            continue
+        click.echo(f"{j['job_id']:>3} {j['bits']:>3} {j['lane_width']:>3} {j['lanes']:>2} "
+                   f"{j['iterations_done']:>5} {1e3 * j['iteration_completion_mean_s']:>8.1f} "
+                   f"{1e3 * j['iteration_completion_p99_s']:>8.1f} "
+                   f"{j['job_completion_s']:>6.2f} {(j['elements_per_s'] or 0) / 1e6:>8.3f} "
+                   f"{j['fp32_equivalent_gbps'] or 0:>9.4f} {j['slots_peak']:>8.0f} "
+                   f"{j['slots_mean']:>5.1f} {j['register_bit_efficiency']:>5.2f} "
+                   f"{j['rel_error_mean']:>8.4f} {j['retransmissions']:>5}")
+    if summary.get("startup_to_first_send_s") is not None:
+        click.echo(f"first packet {summary['startup_to_first_send_s']:.1f} s after start")
+    for err in summary.get("errors", []):
+        click.echo(f"error: {err}", err=True)
+    click.echo(f"results: {directory}")
+
+
+@main.command()
+def doctor():
+    """Check the prerequisites and say what to install."""
+    bad = 0
+    for what, ok, fix in check_system():
+        optional = "optional" in what
+        mark = "ok " if ok else ("-- " if optional else "NO ")
+        click.echo(f"{mark} {what}" + ("" if ok else f": {fix}"))
+        bad += 0 if ok or optional else 1
+    sys.exit(1 if bad else 0)
+
+
+@main.command()
+def clean():
+    """Remove what crashed runs left behind (only what their records list)."""
+    from .record import stale_records
+    recs = stale_records()
+    if not recs:
+        click.echo("nothing to clean")
+        return
+    for rec in recs:
+        for line in rec.remove() or ["nothing left"]:
+            click.echo(f"{rec.run_id}: {line}")
+
+
+# -- traces --------------------------------------------------------------------------
+@main.group()
+def traces():
+    """List, show and record gradient trace sets."""
+
+
+@traces.command("list")
+@click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
+def traces_list(dirs):
+    """Trace sets found in the search path."""
+    from ..hosts.traces import list_traces
+    for t in list_traces(list(dirs) or None):
+        click.echo(f"{t.name:24} {t.path}")
+
+
+@traces.command("show")
+@click.argument("name")
+@click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
+def traces_show(name, dirs):
+    """The manifest of trace set NAME."""
+    from ..hosts.traces import TraceError, find_trace, read_manifest
+    try:
+        path = find_trace(name, list(dirs) or None)
+        click.echo(json.dumps(read_manifest(path), indent=1))
+    except TraceError as exc:
+        _fail(exc)
+
+
+@traces.command("record")
+@click.argument("name")
+@click.option("--out", "out_dir", type=click.Path(), default="traces", show_default=True,
+              help="directory that receives NAME/")
+@click.option("--model", type=click.Choice(["mlp", "cnn"]), default="mlp", show_default=True)
+@click.option("--workers", type=int, default=4, show_default=True)
+@click.option("--iterations", type=int, default=8, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--overwrite", is_flag=True)
+def traces_record(name, out_dir, model, workers, iterations, seed, overwrite):
+    """Train MODEL on scikit-learn's digits across WORKERS workers and record gradients."""
+    from ..hosts.traces import TraceError, record
+    try:
+        ts = record(name, out_dir, model=model, workers=workers, iterations=iterations,
+                    seed=seed, overwrite=overwrite, log=click.echo)
+    except (TraceError, ImportError) as exc:
+        _fail(exc)
+    click.echo(f"recorded {ts.path}: {ts.workers} workers x {ts.iterations} iterations x "
+               f"{ts.elements} elements")
+
+
+# -- results -------------------------------------------------------------------------
+@main.group()
+def results():
+    """List and show result sets."""
+
+
+@results.command("list")
+@click.option("--results-dir", type=click.Path(), default="results", show_default=True)
+def results_list(results_dir):
+    from ..results import list_runs
+    for p in list_runs(Path(results_dir)):
+        status = "?"
+        if (p / "summary.json").exists():
+            status = json.loads((p / "summary.json").read_text()).get("status", "?")
+        click.echo(f"{p.name:48} {status}")
+
+
+@results.command("show")
+@click.argument("run_dir", type=click.Path())
+def results_show(run_dir):
+    """The summary table of a result set."""
+    from ..results import load_summary
+    try:
+        summary = load_summary(Path(run_dir))
+    except FileNotFoundError:
+        _fail(ValueError(f"{run_dir} has no summary.json"))
+    print_summary(summary, Path(run_dir))
+
+
+# -- benchmarks ----------------------------------------------------------------------
+@main.group()
+def bench():
+    """Benchmarks that print figures."""
+
+
+@bench.command("switch")
+@click.option("--bits", type=int, multiple=True, default=[4, 32], show_default=True)
+@click.option("--rate", type=float, multiple=True, help="offered contributions/s")
+@click.option("--seconds", type=float, default=4.0, show_default=True)
+def bench_switch(bits, rate, seconds):
+    """Aggregation packets/s through one embedded switch on one core (root)."""
+    from . import bench as b
+    args = ["switch", "--seconds", str(seconds)]
+    for x in bits:
+        args += ["--bits", str(x)]
+    for x in rate:
+        args += ["--rate", str(x)]
+    sys.exit(b.main(args))
+
+
+@bench.command("codec")
+def bench_codec():
+    """Agent encode/decode throughput (fp32 MB/s, one core)."""
+    from ..hosts import codec_bench
+    sys.exit(codec_bench.main([]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""The configuration of a run: what ``up`` options and ``run CONFIG.yaml`` set.
+
+``RunConfig.check`` turns every bad input into one ``ConfigError`` line saying what is
+wrong and how to fix it; the resolved configuration is saved with the results.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from ..hosts.lanes import BIT_WIDTHS, LaneError, LaneFormat
+from ..hosts.traces import TraceError, find_trace, TraceSet
+from ..topologies import TOPOLOGIES
+from .jobs import MAX_JOBS, POOL_SLOTS
+from .targets import TARGETS, bmv2_missing
+
+
+class ConfigError(ValueError):
+    """A run configuration that cannot work; the message says how to fix it."""
+
+
+@dataclass
+class RunConfig:
+    topo: str = "leafspine"
+    target: str = "embedded"
+    jobs: int = 2
+    workers: int = 4
+    bits: list[int] = field(default_factory=lambda: [4])  # one per job, or one for all
+    iterations: int = 4
+    slots: int = 32  # window per job: slots of the pool each job holds
+    trace: str = "digits-mlp"
+    trace_dirs: list[str] = field(default_factory=list)
+    bw: float | None = None  # Mbit/s, every link
+    delay: str | None = None  # e.g. "0.5ms", every link
+    loss: float | None = None  # percent, every link
+    spines: int = 2
+    leaves: int = 2
+    headroom: int | None = None  # predicted-scale headroom (None: 1 for b <= 8, 8 for b = 32)
+    seed: int = 0
+    results_dir: str = "results"
+    run_id: str | None = None
+    sample_interval: float = 0.05
+    timeout: float = 300.0
+    record_levels: bool = False
+
+    # -- io ----------------------------------------------------------------------------
+    @classmethod
+    def from_yaml(cls, path) -> "RunConfig":
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of option: value")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"{path}: unknown option(s) {', '.join(unknown)}; "
+                              f"known: {', '.join(sorted(known))}")
+        if "bits" in data and not isinstance(data["bits"], list):
+            data["bits"] = [data["bits"]]
+        return cls(**data)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(asdict(self), sort_keys=False)
+
+    def job_bits(self) -> list[int]:
+        return self.bits * self.jobs if len(self.bits) == 1 else list(self.bits)
+
+    # -- checks ------------------------------------------------------------------------
+    def check(self) -> TraceSet:
+        """Raise ConfigError for anything that cannot work; returns the trace set."""
+        if self.topo not in TOPOLOGIES:
+            raise ConfigError(f"unknown topology {self.topo!r}: use one of "
+                              f"{', '.join(TOPOLOGIES)}")
+        if self.target not in TARGETS:
+            raise ConfigError(f"unknown target {self.target!r}: use one of {', '.join(TARGETS)}")
+        if self.target == "bmv2" and bmv2_missing():
+            raise ConfigError(f"--target bmv2: {bmv2_missing()}")
+        if not 1 <= self.jobs <= MAX_JOBS:
+            raise ConfigError(f"--jobs {self.jobs}: the switch holds 1..{MAX_JOBS} jobs")
+        if len(self.bits) not in (1, self.jobs):
+            raise ConfigError(f"--bits gives {len(self.bits)} widths for {self.jobs} jobs: "
+                              "give one for all jobs or one per job (e.g. --bits 4,32)")
+        for b in self.bits:
+            if b not in BIT_WIDTHS:
+                raise ConfigError(f"--bits {b} is not supported: use 1..8 or 32")
+            try:
+                LaneFormat(b, self.workers)
+            except LaneError as exc:
+                raise ConfigError(f"--bits {b} --workers {self.workers}: {exc}") from None
+        if self.iterations < 1:
+            raise ConfigError("--iterations must be at least 1")
+        if self.slots < 1 or self.slots * self.jobs > POOL_SLOTS:
+            raise ConfigError(f"--slots {self.slots} x {self.jobs} jobs must fit the switch's "
+                              f"pool of {POOL_SLOTS} slots")
+        if self.loss is not None and not 0 <= self.loss < 100:
+            raise ConfigError(f"--loss {self.loss}: a percentage in [0, 100)")
+        if self.bw is not None and self.bw <= 0:
+            raise ConfigError(f"--bw {self.bw}: link bandwidth in Mbit/s must be positive")
+        if self.topo == "leafspine" and (self.spines < 1 or self.leaves < 1):
+            raise ConfigError("a leaf-spine needs --spines >= 1 and --leaves >= 1")
+        if self.sample_interval <= 0 or self.timeout <= 0:
+            raise ConfigError("--sample-interval and --timeout must be positive")
+        try:
+            trace = TraceSet.open(find_trace(self.trace, self.trace_dirs or None))
+        except TraceError as exc:
+            raise ConfigError(f"trace {self.trace!r}: {exc} "
+                              "(see `qaina-bench traces list`)") from None
+        if self.workers > trace.workers:
+            raise ConfigError(f"trace {trace.name} has {trace.workers} workers, "
+                              f"--workers {self.workers} needs as many; record a larger set "
+                              "with `qaina-bench traces record`")
+        if self.iterations > trace.iterations:
+            raise ConfigError(f"trace {trace.name} has {trace.iterations} iterations, "
+                              f"--iterations {self.iterations} asks for more")
+        return trace
+
+
+def check_system() -> list[tuple[str, bool, str]]:
+    """(what, ok, how to fix) for every prerequisite of a run."""
+    import os
+    checks = [
+        ("running as root", os.geteuid() == 0, "run with sudo (Mininet needs root)"),
+        ("mnexec (Mininet)", shutil.which("mnexec") is not None, "apt-get install mininet"),
+        ("ip (iproute2)", shutil.which("ip") is not None, "apt-get install iproute2"),
+        ("tc (iproute2)", shutil.which("tc") is not None, "apt-get install iproute2"),
+        ("ethtool", shutil.which("ethtool") is not None, "apt-get install ethtool"),
+        ("ping", shutil.which("ping") is not None, "apt-get install iputils-ping"),
+    ]
+    reason = bmv2_missing()
+    checks.append(("BMv2 simple_switch_grpc and p4c (optional)", reason is None,
+                   reason or ""))
+    return checks

@@ -1,0 +1,218 @@
+"""The testbed network: Mininet hosts and QAINA switches, programmed over P4Runtime.
+
+``QainaSwitch`` is a Mininet switch whose data plane is ``qaina.p4`` on a target
+(embedded or BMv2). ``Testbed`` builds a topology, starts it, connects to every
+switch over P4Runtime, installs the pipeline and the routes (shortest paths, one /32
+per host and per aggregator address), and programs jobs on the aggregating switch.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import deque
+from functools import partial
+from pathlib import Path
+
+from mininet.link import TCLink
+from mininet.net import Mininet
+from mininet.node import Switch
+
+from ..topologies.base import host_ip
+from .control import SwitchConnection
+from .jobs import Job, Worker, ip_to_int, mac_to_int, program_aggregator, program_job
+from .record import RunRecord
+from .targets import make_target
+
+GRPC_PORT_BASE = 50100
+THRIFT_PORT_BASE = 9190
+
+
+def aggregator_ip(device_id: int) -> str:
+    return f"10.255.0.{device_id}"
+
+
+def aggregator_mac(device_id: int) -> str:
+    return f"02:00:00:00:ff:{device_id:02x}"
+
+
+def quiet_interface(ifname: str, run=subprocess.run):
+    """No IPv6 chatter and no checksum/segmentation offloads on a testbed interface."""
+    run(["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"], capture_output=True)
+    run(["ethtool", "-K", ifname, "tx", "off", "rx", "off", "tso", "off", "gso", "off",
+         "gro", "off"], capture_output=True)
+
+
+class QainaSwitch(Switch):
+    """A Mininet switch running ``qaina.p4`` on ``target`` ("embedded" or "bmv2")."""
+
+    def __init__(self, name, target="embedded", device_id=1, log_dir=".", record=None,
+                 **params):
+        Switch.__init__(self, name, dpid=f"{device_id:x}", **params)
+        self.target_kind = target
+        self.device_id = device_id
+        self.log_dir = Path(log_dir)
+        self.record = record
+        self.target = None
+
+    @property
+    def grpc_port(self) -> int:
+        return GRPC_PORT_BASE + self.device_id
+
+    def start(self, controllers):
+        interfaces = {self.ports[intf]: intf.name for intf in self.intfList()
+                      if intf.name != "lo"}
+        for ifname in interfaces.values():
+            quiet_interface(ifname)
+        self.target = make_target(self.target_kind, self.name, interfaces, self.grpc_port,
+                                  self.device_id, self.log_dir / f"{self.name}.log",
+                                  thrift_port=THRIFT_PORT_BASE + self.device_id)
+        self.target.start()
+        if self.record is not None:
+            self.record.add_process(self.target.pid, f"switch {self.name}")
+
+    def stop(self, deleteIntfs=True):
+        if self.target is not None:
+            self.target.stop()
+        Switch.stop(self, deleteIntfs)
+
+
+class Testbed:
+    """A running topology whose switches are programmed over P4Runtime."""
+
+    def __init__(self, topo, target: str, log_dir: Path, record: RunRecord):
+        self.topo = topo
+        self.target = target
+        self.log_dir = Path(log_dir)
+        self.record = record
+        self.net: Mininet | None = None
+        self.conns: dict[str, SwitchConnection] = {}
+        self.device_ids: dict[str, int] = {}
+
+    # -- bring-up ----------------------------------------------------------------------
+    def start(self, ready_timeout: float = 30.0):
+        self.device_ids = {name: k for k, name in enumerate(sorted(self.topo.switches()), 1)}
+        switch = partial(QainaSwitch, target=self.target, log_dir=self.log_dir,
+                         record=self.record)
+        self.net = Mininet(topo=None, switch=switch, link=TCLink, controller=None,
+                           build=False, autoSetMacs=False)
+        # Build by hand so every switch gets its device id before it starts.
+        for name in self.topo.hosts():
+            self.net.addHost(name, **self.topo.nodeInfo(name))
+        for name in self.topo.switches():
+            self.net.addSwitch(name, device_id=self.device_ids[name],
+                               **self.topo.nodeInfo(name))
+        for src, dst, params in self.topo.links(sort=True, withKeys=False, withInfo=True):
+            self.net.addLink(**params)
+        for node in self.net.hosts + self.net.switches:
+            self.record.add_process(node.pid, f"mininet shell {node.name}")
+        for link in self.net.links:
+            self.record.add_interface(link.intf1.name)
+        self.record.save()
+        self.net.build()
+        self.net.start()
+        for h in self.net.hosts:
+            h.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+            for intf in h.intfList():
+                quiet_interface(intf.name, run=lambda cmd, **kw: h.cmd(" ".join(cmd)))
+        self.net.staticArp()
+        for sw in self.net.switches:
+            for h in self.net.hosts:
+                h.setARP(aggregator_ip(sw.device_id), aggregator_mac(sw.device_id))
+        self._connect(ready_timeout)
+        self._install_routes()
+
+    def _connect(self, timeout: float):
+        for sw in self.net.switches:
+            conn = SwitchConnection(sw.name, sw.target.grpc_addr, sw.device_id)
+            self.conns[sw.name] = conn
+            sw.target.wait_ready(conn, timeout)
+            conn.arbitrate()
+            conn.set_pipeline(sw.target.device_config())
+
+    # -- routing -----------------------------------------------------------------------
+    def _neighbours(self) -> dict[str, list[tuple[str, int]]]:
+        """For every node: (neighbour, own port towards it), sorted by port."""
+        adj: dict[str, list] = {n.name: [] for n in self.net.hosts + self.net.switches}
+        for link in self.net.links:
+            a, b = link.intf1, link.intf2
+            adj[a.node.name].append((b.node.name, a.node.ports[a]))
+            adj[b.node.name].append((a.node.name, b.node.ports[b]))
+        return {n: sorted(v, key=lambda x: x[1]) for n, v in adj.items()}
+
+    def next_hops(self, target: str) -> dict[str, int]:
+        """For every switch, the egress port of a shortest path to node ``target``."""
+        adj = self._neighbours()
+        dist = {target: 0}
+        queue = deque([target])
+        while queue:
+            node = queue.popleft()
+            for nb, _ in adj[node]:
+                if nb not in dist and (nb == target or nb in self.conns):
+                    dist[nb] = dist[node] + 1
+                    queue.append(nb)
+        hops = {}
+        for sw in self.conns:
+            for nb, port in adj[sw]:
+                if dist.get(nb, -2) == dist.get(sw, -1) - 1:
+                    hops[sw] = port
+                    break
+        return hops
+
+    def _install_routes(self):
+        routes: dict[str, list] = {sw: [] for sw in self.conns}
+        for h in self.net.hosts:
+            for sw, port in self.next_hops(h.name).items():
+                routes[sw].append(("MyIngress.ipv4_lpm",
+                                   {"hdr.ipv4.dstAddr": (ip_to_int(h.IP()), 32)},
+                                   "MyIngress.forward", {"port": port}))
+        for agg in self.net.switches:
+            for sw, port in self.next_hops(agg.name).items():
+                routes[sw].append(("MyIngress.ipv4_lpm",
+                                   {"hdr.ipv4.dstAddr": (ip_to_int(aggregator_ip(agg.device_id)), 32)},
+                                   "MyIngress.forward", {"port": port}))
+        for sw, entries in routes.items():
+            self.conns[sw].insert_many(entries)
+
+    # -- jobs --------------------------------------------------------------------------
+    def program_jobs(self, aggregator: str, jobs: list[Job]):
+        conn = self.conns[aggregator]
+        program_aggregator(conn, ip_to_int(aggregator_ip(self.device_ids[aggregator])))
+        for job in jobs:
+            program_job(conn, job)
+
+    def worker(self, index: int, host: str, aggregator: str) -> Worker:
+        h = self.net.get(host)
+        return Worker(index, ip_to_int(h.IP()), mac_to_int(h.MAC()),
+                      self.next_hops(host)[aggregator])
+
+    def host(self, name: str):
+        return self.net.get(name)
+
+    def switch_interfaces(self) -> list[str]:
+        return [intf.name for sw in self.net.switches for intf in sw.intfList()
+                if intf.name != "lo"]
+
+    # -- teardown ----------------------------------------------------------------------
+    def stop(self):
+        for conn in self.conns.values():
+            try:
+                conn.close()
+            except Exception:  # the switch may already be gone
+                pass
+        self.conns.clear()
+        if self.net is not None:
+            self.net.stop()
+            self.net = None
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+__all__ = ["QainaSwitch", "Testbed", "aggregator_ip", "aggregator_mac", "host_ip", "wait_for"]

@@ -1,0 +1,279 @@
+"""One run of the testbed: network up, jobs programmed, agents launched, switch state
+sampled, everything torn down, results written.
+
+``Run.execute`` is what ``qaina-bench up`` and ``qaina-bench run`` call. Whatever
+happens (an error, Ctrl-C), the network, the switches and the agents are removed and
+what was measured is written to ``results/<run-id>/``, marked incomplete if the run
+did not finish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+
+from ..hosts.agent import AgentConfig
+from ..hosts.lanes import LaneFormat
+from ..hosts.traces import find_trace
+from ..results import ResultWriter, summarise
+from ..topologies import TOPOLOGIES, LinkParams
+from .config import ConfigError, RunConfig
+from .jobs import Job, partition_slots
+from .network import Testbed, aggregator_ip
+from .record import RunRecord, live_records
+
+COUNTERS = ("MyIngress.slots_opened", "MyIngress.slots_closed", "MyIngress.agg_packets",
+            "MyIngress.retx_answered", "MyEgress.results_sent")
+
+
+class RunError(RuntimeError):
+    """The run could not be carried out; the message names the part that failed."""
+
+
+@dataclass
+class AgentProcess:
+    job: int
+    worker: int
+    host: str
+    config: AgentConfig
+    popen: object
+    log: Path
+
+    def records(self) -> list[dict]:
+        try:
+            lines = Path(self.config.output).read_text().splitlines()
+        except OSError:
+            return []
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass  # a line being written
+        return out
+
+
+def new_run_id(cfg: RunConfig) -> str:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    bits = "-".join(str(b) for b in cfg.bits)
+    return f"{stamp}-{cfg.topo}-j{cfg.jobs}w{cfg.workers}b{bits}"
+
+
+def build_topology(cfg: RunConfig):
+    hosts = cfg.jobs * cfg.workers
+    link = LinkParams(cfg.bw, cfg.delay, cfg.loss)
+    return TOPOLOGIES[cfg.topo](hosts=hosts, link=link, spines=cfg.spines, leaves=cfg.leaves)
+
+
+class Run:
+    def __init__(self, cfg: RunConfig, echo=print):
+        self.cfg = cfg
+        self.echo = echo
+        self.t_invoked = time.time()
+        self.trace = cfg.check()
+        self.trace_path = find_trace(cfg.trace, cfg.trace_dirs or None)
+        if os.geteuid() != 0:
+            raise ConfigError("qaina-bench up needs root (Mininet, veth, raw sockets): "
+                              "run it with sudo")
+        if shutil.which("mnexec") is None:
+            raise ConfigError("mnexec not found: install Mininet (apt-get install mininet), "
+                              "or run `qaina-bench doctor`")
+        busy = live_records()
+        if busy:
+            raise ConfigError(f"run {busy[0].run_id} (pid {busy[0].data['owner']}) is still "
+                              "running; wait for it or stop it first (one testbed at a time)")
+        cfg.run_id = cfg.run_id or new_run_id(cfg)
+        self.dir = Path(cfg.results_dir) / cfg.run_id
+        if self.dir.exists():
+            raise ConfigError(f"results directory {self.dir} exists; choose another --run-id")
+        self.writer = ResultWriter(self.dir)
+        self.record = RunRecord(cfg.run_id)
+        self.testbed: Testbed | None = None
+        self.agents: list[AgentProcess] = []
+        self.jobs: list[Job] = []
+        self.status = "starting"
+        self.events: dict[str, float] = {"invoked": self.t_invoked}
+
+    # -- the run -------------------------------------------------------------------
+    def execute(self) -> dict:
+        cfg = self.cfg
+        self.writer.write_config(cfg.to_yaml())
+        self.record.save()
+        try:
+            self._bring_up()
+            self._launch_agents()
+            self._monitor()
+            self.status = "complete" if self._all_done() else self.status
+        except KeyboardInterrupt:
+            self.status = "interrupted"
+            self.echo("\ninterrupted: tearing down, keeping what was measured")
+        except Exception as exc:
+            self.status = "failed"
+            self.events["error"] = time.time()
+            self.writer.note_error(f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self._teardown()
+            summary = self._write_results()
+        return summary
+
+    def _bring_up(self):
+        cfg = self.cfg
+        topo = build_topology(cfg)
+        self.echo(f"run {cfg.run_id}: {cfg.topo} with {len(topo.switches())} switches, "
+                  f"{len(topo.hosts())} hosts, target {cfg.target}")
+        self.testbed = Testbed(topo, cfg.target, self.writer.log_dir, self.record)
+        self.testbed.start()
+        self.events["network_up"] = time.time()
+        agg = topo.aggregator
+        bases = partition_slots([cfg.slots] * cfg.jobs)
+        for j, bits in enumerate(cfg.job_bits()):
+            hosts = [f"h{j * cfg.workers + k + 1}" for k in range(cfg.workers)]
+            workers = [self.testbed.worker(k, h, agg) for k, h in enumerate(hosts)]
+            self.jobs.append(Job(j + 1, j, LaneFormat(bits, cfg.workers), bases[j],
+                                 cfg.slots, workers))
+        self.testbed.program_jobs(agg, self.jobs)
+        self.aggregator = agg
+        self.events["programmed"] = time.time()
+        for job in self.jobs:
+            self.echo(f"  job {job.job_id}: {job.fmt.describe()}, slots "
+                      f"{job.slot_base}..{job.slot_base + job.slot_count - 1} on {agg}, "
+                      f"hosts {', '.join(f'h{job.index * cfg.workers + w.index + 1}' for w in job.workers)}")
+
+    def _launch_agents(self):
+        cfg = self.cfg
+        agg_ip = aggregator_ip(self.testbed.device_ids[self.aggregator])
+        go = self.writer.dir / "agents" / "go"
+        for job in self.jobs:
+            for w in job.workers:
+                host = f"h{job.index * cfg.workers + w.index + 1}"
+                name = f"j{job.job_id}w{w.index}"
+                acfg = AgentConfig(job_id=job.job_id, worker=w.index, workers=cfg.workers,
+                                   bits=job.fmt.bits, trace=str(self.trace_path),
+                                   iterations=cfg.iterations, aggregator=agg_ip,
+                                   slot_base=job.slot_base, slots=job.slot_count,
+                                   output=str(self.writer.dir / "agents" / f"{name}.jsonl"),
+                                   seed=cfg.seed, headroom=cfg.headroom, start_file=str(go),
+                                   record_levels=cfg.record_levels)
+                path = self.writer.dir / "agents" / f"{name}.json"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                acfg.save(path)
+                log = self.writer.log_dir / f"agent-{name}.log"
+                with open(log, "wb") as out:
+                    popen = self.testbed.host(host).popen(
+                        [sys.executable, "-m", "qaina_bench.hosts.agent", str(path)],
+                        stdout=out, stderr=out, stdin=None)
+                self.record.add_process(popen.pid, f"agent {name} on {host}")
+                self.agents.append(AgentProcess(job.job_id, w.index, host, acfg, popen, log))
+        # Start together once every agent has loaded its trace.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            self._check_agents()
+            if all(any(r.get("type") == "start" for r in a.records()) for a in self.agents):
+                break
+            time.sleep(0.02)
+        else:
+            raise RunError("agents did not start within 60 s; see " + str(self.writer.log_dir))
+        go.touch()
+        self.events["agents_go"] = time.time()
+
+    def _check_agents(self):
+        for a in self.agents:
+            code = a.popen.poll()
+            if code not in (None, 0):
+                tail = a.log.read_text(errors="replace").strip().splitlines()[-3:]
+                raise RunError(f"agent j{a.job}w{a.worker} on {a.host} exited with {code}: "
+                               f"{' | '.join(tail)} (log {a.log})")
+
+    def _all_done(self) -> bool:
+        return all(a.popen.poll() == 0 for a in self.agents)
+
+    def _monitor(self):
+        cfg = self.cfg
+        t0 = time.time()
+        total = cfg.iterations * len(self.agents)
+        interfaces = self.testbed.switch_interfaces()
+        next_sample = time.monotonic()
+        shown = ""
+        while True:
+            self._check_agents()
+            now = time.monotonic()
+            if now >= next_sample:
+                self._sample(interfaces)
+                next_sample = now + cfg.sample_interval
+            done = sum(sum(1 for r in a.records() if r.get("type") == "iteration")
+                       for a in self.agents)
+            line = f"  iterations {done}/{total}  ({time.time() - t0:5.1f} s)"
+            if line != shown:
+                self.echo("\r" + line, nl=False)
+                shown = line
+            if all(a.popen.poll() is not None for a in self.agents):
+                self._sample(interfaces)
+                break
+            if time.time() - t0 > cfg.timeout:
+                self.status = "timeout"
+                self.echo(f"\nrun exceeded --timeout {cfg.timeout:.0f} s")
+                break
+            time.sleep(min(0.1, cfg.sample_interval))
+        self.echo("")
+
+    def _sample(self, interfaces):
+        t = time.time()
+        for sw, conn in self.testbed.conns.items():
+            try:
+                counters = conn.read_counters()
+            except Exception as exc:  # a switch that stopped answering ends the run
+                raise RunError(f"switch {sw} stopped answering P4Runtime: {exc}") from None
+            for job in self.jobs:
+                row = {"time": t, "switch": sw, "job": job.job_id}
+                for name in COUNTERS:
+                    row[name.split(".")[-1]] = counters[name].get(job.index, (0, 0))[0]
+                row["slots_in_use"] = row["slots_opened"] - row["slots_closed"]
+                self.writer.add_sample(row)
+            drops = counters["MyIngress.drops"]
+            self.writer.add_drops(t, sw, {i: v[0] for i, v in drops.items()})
+        io = psutil.net_io_counters(pernic=True)
+        for ifname in interfaces:
+            c = io.get(ifname)
+            if c is not None:
+                self.writer.add_link_sample({"time": t, "interface": ifname,
+                                             "bytes_sent": c.bytes_sent,
+                                             "bytes_recv": c.bytes_recv,
+                                             "packets_sent": c.packets_sent,
+                                             "packets_recv": c.packets_recv})
+
+    def _teardown(self):
+        for a in self.agents:
+            if a.popen.poll() is None:
+                a.popen.terminate()
+        for a in self.agents:
+            try:
+                a.popen.wait(5)
+            except Exception:
+                a.popen.kill()
+        if self.testbed is not None:
+            try:
+                self.testbed.stop()
+            except Exception as exc:
+                self.echo(f"teardown: {exc}; `qaina-bench clean` removes what is left")
+                return
+        self.record.close()
+
+    def _write_results(self) -> dict:
+        agents = [{"job": a.job, "worker": a.worker, "host": a.host, "records": a.records()}
+                  for a in self.agents]
+        meta = {"run_id": self.cfg.run_id, "status": self.status, "events": self.events,
+                "aggregator": getattr(self, "aggregator", None),
+                "jobs": [{"job_id": j.job_id, "index": j.index, "bits": j.fmt.bits,
+                          "workers": j.fmt.workers, "lane_width": j.fmt.width,
+                          "lanes": j.fmt.lanes, "slot_base": j.slot_base,
+                          "slots": j.slot_count} for j in self.jobs]}
+        return summarise(self.writer, self.cfg, meta, agents)

@@ -1,0 +1,371 @@
+"""The worker agent: one process per worker host.
+
+For every iteration of its gradient trace the agent quantizes the flattened gradient,
+packs the levels into lanes, streams the chunks to the job's aggregator with a window
+of outstanding slots (self-clocked by the results, as in SwitchML), retransmits on
+timeout, receives the aggregated words, unpacks and dequantizes them, and records
+per-iteration timings, bytes, retransmissions and the aggregation error against the
+exact fp32 sum of all workers' trace gradients.
+
+Scale agreement, with no blocking round trip per chunk (see p4/README.md). Every
+packet carries one exponent; the switch keeps the maximum over the workers and returns
+it with the result. With a window of W slots and C chunks per iteration, P = min(W, C):
+
+* chunk ``c < C - P`` carries the sender's exponent of chunk ``c + P``; chunk ``c + P``
+  (= ``c + W``) reuses the slot and is sent only after that result is in, so it is
+  quantized with the exact maximum;
+* the last P chunks carry the exponents of this iteration's first P chunks: their
+  maxima, plus ``headroom`` steps, are the predicted scales of the next iteration's
+  first P chunks (values beyond a predicted scale are clipped, and counted);
+* before iteration 0, a warm-up round of P zero chunks carries iteration 0's first P
+  exponents, so iteration 0 uses exact scales throughout.
+
+Run: ``python -m qaina_bench.hosts.agent CONFIG.json`` (the harness writes the config).
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import signal
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..p4.header import (FLAG_RESULT, FLAG_RETX, FRAME_LEN, QAINA_LEN, QAINA_STRUCT,
+                         QAINA_UDP_PORT, QAINA_WORDS)
+from .lanes import LaneFormat
+from .quantize import EXP_MIN, Quantizer, chunk_count, chunk_exponents
+from .traces import TraceSet
+
+PACKET_LEN = QAINA_LEN + 4 * QAINA_WORDS  # UDP payload of one chunk
+DEFAULT_HEADROOM = 1  # predicted scales x2 for b <= 8
+DEFAULT_HEADROOM_32 = 8  # x256 for the 32-bit fixed point
+
+
+@dataclass
+class AgentConfig:
+    """Everything one agent needs; written by the harness as JSON."""
+
+    job_id: int
+    worker: int
+    workers: int
+    bits: int
+    trace: str  # path of the trace set
+    iterations: int
+    aggregator: str  # IPv4 address of the job's aggregating switch
+    slot_base: int
+    slots: int  # window: slots of the job's range this agent cycles through
+    output: str  # JSON-lines file of per-iteration records
+    trace_worker: int | None = None  # which trace worker to replay (default: worker)
+    seed: int = 0
+    headroom: int | None = None  # exponent steps added to predicted scales (None: default)
+    port: int = QAINA_UDP_PORT
+    rto_min: float = 0.02
+    rto_max: float = 1.0
+    stall_timeout: float = 30.0
+    start_file: str | None = None  # start sending once this file exists (all together)
+    start_timeout: float = 120.0
+    record_levels: bool = False  # keep own levels and received sums (for verification)
+
+    @classmethod
+    def load(cls, path) -> "AgentConfig":
+        return cls(**json.loads(Path(path).read_text()))
+
+    def save(self, path):
+        Path(path).write_text(json.dumps(asdict(self), indent=1))
+
+
+class AgentError(RuntimeError):
+    """The agent cannot go on (no progress, bad configuration)."""
+
+
+@dataclass
+class ExchangeStats:
+    packets_sent: int = 0
+    packets_received: int = 0
+    retransmissions: int = 0
+    duplicates: int = 0
+    first_send: float = 0.0
+    rtts: list = field(default_factory=list)
+
+
+class Agent:
+    """Replays one worker's trace through in-network aggregation."""
+
+    def __init__(self, cfg: AgentConfig):
+        self.cfg = cfg
+        self.fmt = LaneFormat(cfg.bits, cfg.workers)
+        self.quantizer = Quantizer(self.fmt, np.random.default_rng(
+            [cfg.seed, cfg.job_id, cfg.worker]), stochastic=cfg.bits != 32)
+        self.chunk_elems = QAINA_WORDS * self.fmt.lanes
+        self.trace = TraceSet.open(cfg.trace)
+        if cfg.workers > self.trace.workers:
+            raise AgentError(f"trace {self.trace.name} has {self.trace.workers} workers, "
+                             f"the job has {cfg.workers}")
+        if cfg.iterations > self.trace.iterations:
+            raise AgentError(f"trace {self.trace.name} has {self.trace.iterations} "
+                             f"iterations, {cfg.iterations} asked for")
+        if cfg.headroom is None:  # fixed point has bits to spare, low-bit formats do not
+            self.headroom = DEFAULT_HEADROOM_32 if cfg.bits == 32 else DEFAULT_HEADROOM
+        else:
+            self.headroom = cfg.headroom
+        self.trace_worker = cfg.worker if cfg.trace_worker is None else cfg.trace_worker
+        self.elements = self.trace.elements
+        self.chunks = chunk_count(self.elements, self.chunk_elems)
+        self.window = cfg.slots
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        self.sock.bind(("0.0.0.0", cfg.port))
+        self.sock.setblocking(False)
+        self.dest = (cfg.aggregator, cfg.port)
+        self.position = 0  # chunk sequence number in the job's stream
+        self.srtt = None
+        self.rto = 0.1
+        self.out = open(cfg.output, "w", buffering=1)
+        self.levels_record: dict[str, np.ndarray] = {}
+
+    # -- the wire ----------------------------------------------------------------------
+    def _packet(self, k: int, exp: int, words: np.ndarray, flags: int = 0) -> bytes:
+        slot = self.cfg.slot_base + k % self.window
+        ver = (k // self.window) % 2
+        return QAINA_STRUCT.pack(self.cfg.job_id, self.cfg.worker, flags, slot, ver, exp,
+                                 k & 0xFFFFFFFF) + words.tobytes()
+
+    def _exchange(self, n: int, build):
+        """Send ``n`` chunks and collect their results.
+
+        ``build(c, agreed)`` returns (exponent to carry, big-endian words) of chunk ``c``
+        when it is sent; ``agreed`` holds the exponents returned so far. Chunk ``c``
+        goes out once the result of chunk ``c - W`` (the slot's previous use) is in.
+        Returns (result words as uint32 [n, 32], agreed exponents [n], stats).
+        """
+        k0 = self.position
+        W = self.window
+        results = np.zeros((n, QAINA_WORDS), dtype=">u4")
+        agreed = np.zeros(n, dtype=np.int8)
+        got = np.zeros(n, dtype=bool)
+        pending: dict[int, list] = {}  # chunk -> [packet, last send time, retransmitted]
+        stats = ExchangeStats()
+        sock, dest = self.sock, self.dest
+        buf = bytearray(2048)
+        next_c = done = 0
+        last_progress = time.monotonic()
+        stats.first_send = time.time()
+        while done < n:
+            # Fill the window: chunk c reuses the slot of chunk c - W once its result is in.
+            while next_c < n and (next_c < W or got[next_c - W]) and len(pending) < W:
+                exp, words = build(next_c, agreed)
+                pkt = self._packet(k0 + next_c, exp, words)
+                sock.sendto(pkt, dest)
+                pending[next_c] = [pkt, time.monotonic(), False]
+                stats.packets_sent += 1
+                next_c += 1
+            # Receive whatever is there, waiting at most until the next timeout.
+            now = time.monotonic()
+            oldest = min(p[1] for p in pending.values()) if pending else now
+            wait = max(0.0, oldest + self.rto - now)
+            ready, _, _ = select.select([sock], [], [], min(wait, 0.05))
+            if ready:
+                while True:
+                    try:
+                        size = sock.recv_into(buf)
+                    except BlockingIOError:
+                        break
+                    if size != PACKET_LEN:
+                        continue
+                    job, _, flags, _, _, exp, seq = QAINA_STRUCT.unpack_from(buf, 0)
+                    c = (seq - k0) & 0xFFFFFFFF
+                    if job != self.cfg.job_id or not flags & FLAG_RESULT or c >= n:
+                        continue
+                    stats.packets_received += 1
+                    entry = pending.pop(c, None)
+                    if entry is None:
+                        stats.duplicates += 1
+                        continue
+                    t = time.monotonic()
+                    if not entry[2]:
+                        self._sample_rtt(t - entry[1], stats)
+                    results[c] = np.frombuffer(buf, ">u4", QAINA_WORDS, QAINA_LEN)
+                    agreed[c] = exp
+                    got[c] = True
+                    done += 1
+                    last_progress = t
+            # Retransmit what timed out.
+            now = time.monotonic()
+            for c, entry in pending.items():
+                if now - entry[1] > self.rto:
+                    pkt = entry[0]
+                    if not entry[2]:
+                        pkt = pkt[:3] + bytes([pkt[3] | FLAG_RETX]) + pkt[4:]
+                        entry[0] = pkt
+                    sock.sendto(pkt, dest)
+                    entry[1] = now
+                    entry[2] = True
+                    stats.retransmissions += 1
+                    stats.packets_sent += 1
+            if pending and now - last_progress > self.cfg.stall_timeout:
+                raise AgentError(f"no result for {self.cfg.stall_timeout:.0f} s with "
+                                 f"{len(pending)} chunks outstanding (is the switch up, "
+                                 f"the job programmed, the route to {dest[0]} there?)")
+        self.position += n
+        return results.astype(np.uint32), agreed, stats
+
+    def _sample_rtt(self, rtt: float, stats: ExchangeStats):
+        stats.rtts.append(rtt)
+        self.srtt = rtt if self.srtt is None else 0.875 * self.srtt + 0.125 * rtt
+        self.rto = min(self.cfg.rto_max, max(self.cfg.rto_min, 4 * self.srtt))
+
+    # -- iterations --------------------------------------------------------------------
+    def _chunk(self, c: int) -> slice:
+        return slice(c * self.chunk_elems, min((c + 1) * self.chunk_elems, self.elements))
+
+    def _pack_chunk(self, levels: np.ndarray) -> np.ndarray:
+        return self.fmt.pack(levels, QAINA_WORDS).astype(">u4")
+
+    @property
+    def predicted(self) -> int:
+        """P: chunks at the start of an iteration whose scale comes from the last one."""
+        return min(self.window, self.chunks)
+
+    def carried(self, c: int, own: np.ndarray) -> int:
+        """The exponent chunk ``c`` carries to the switch (see the module docstring)."""
+        P, C = self.predicted, self.chunks
+        return int(own[c + P] if c < C - P else own[c - (C - P)])
+
+    def predict(self, agreed: np.ndarray, top: int) -> np.ndarray:
+        """Scales of the next iteration's first P chunks from this iteration's maxima.
+
+        A chunk that was all zeros says nothing about its next scale: it takes the
+        largest exponent of the iteration instead. Every prediction gets ``headroom``.
+        """
+        base = np.where(agreed <= EXP_MIN, top, agreed.astype(np.int16))
+        return np.clip(base + self.headroom, EXP_MIN, 127).astype(np.int8)
+
+    def warm_up(self) -> np.ndarray:
+        """Zero chunks carrying iteration 0's first P exponents; returns their maxima."""
+        own = chunk_exponents(self.trace.gradient(self.trace_worker, 0), self.chunk_elems)
+        zero = self._pack_chunk(np.zeros(self.chunk_elems, dtype=np.int32))
+        _, agreed, stats = self._exchange(self.predicted, lambda c, _: (int(own[c]), zero))
+        self._emit(type="warmup", start=stats.first_send, end=time.time(),
+                   packets_sent=stats.packets_sent, retransmissions=stats.retransmissions)
+        return agreed
+
+    def iteration(self, i: int, predicted: np.ndarray) -> np.ndarray:
+        """Aggregate iteration ``i``; ``predicted`` are the scales of its first P chunks.
+
+        Returns the maxima agreed for the next iteration's first P chunks, and the
+        largest exponent agreed for any chunk of this iteration.
+        """
+        grad = self.trace.gradient(self.trace_worker, i)
+        own = chunk_exponents(grad, self.chunk_elems)
+        P, C, W = self.predicted, self.chunks, self.window
+        scale = np.zeros(C, dtype=np.int8)
+        scale[:P] = predicted
+        levels = np.zeros(self.elements, dtype=np.int32)
+        timing = {"encode": 0.0}
+
+        def build(c, agreed):
+            t = time.perf_counter()
+            if c >= P:  # the result of chunk c - W brought the exact maximum for chunk c
+                scale[c] = agreed[c - W]
+            part = self._chunk(c)
+            levels[part] = self.quantizer.quantize(grad[part], scale[c:c + 1],
+                                                   self.chunk_elems)
+            words = self._pack_chunk(levels[part])
+            timing["encode"] += time.perf_counter() - t
+            return self.carried(c, own), words
+
+        words_back, agreed, stats = self._exchange(C, build)
+        t1 = time.perf_counter()
+        sums = self.fmt.unpack_sum(words_back.reshape(-1), self.elements)
+        aggregate = self.quantizer.dequantize_sum(sums, scale, self.chunk_elems)
+        end = time.time()
+        decode_s = time.perf_counter() - t1
+        limit = np.repeat(np.ldexp(1.0, scale.astype(np.int32)), self.chunk_elems)
+        clipped = int(np.count_nonzero(np.abs(grad) > limit[: self.elements]))
+        exact = self.trace.exact_sum(i, workers=range(self.cfg.workers))
+        err = float(np.linalg.norm(aggregate - exact) / max(np.linalg.norm(exact), 1e-30))
+        if self.cfg.record_levels:
+            self.levels_record[f"levels_{i}"] = levels
+            self.levels_record[f"sums_{i}"] = sums.astype(np.int64)
+            self.levels_record[f"aggregate_{i}"] = aggregate
+            self.levels_record[f"scale_{i}"] = scale
+        rtts = stats.rtts
+        self._emit(type="iteration", iteration=i, start=stats.first_send, end=end,
+                   completion_s=end - stats.first_send, elements=self.elements,
+                   chunks=C, packets_sent=stats.packets_sent,
+                   packets_received=stats.packets_received,
+                   bytes_sent=stats.packets_sent * FRAME_LEN,
+                   bytes_received=stats.packets_received * FRAME_LEN,
+                   retransmissions=stats.retransmissions, duplicates=stats.duplicates,
+                   clipped=clipped, rel_error=err, encode_s=timing["encode"],
+                   decode_s=decode_s,
+                   rtt_median_s=float(np.median(rtts)) if rtts else None)
+        return agreed[C - P:], int(agreed.max())
+
+    def run(self):
+        cfg = self.cfg
+        self._emit(type="start", job_id=cfg.job_id, worker=cfg.worker, bits=cfg.bits,
+                   lanes=self.fmt.lanes, lane_width=self.fmt.width, elements=self.elements,
+                   chunks=self.chunks, window=self.window, trace=self.trace.name)
+        if cfg.start_file:
+            deadline = time.monotonic() + cfg.start_timeout
+            while not Path(cfg.start_file).exists():
+                if time.monotonic() > deadline:
+                    raise AgentError(f"no start signal ({cfg.start_file}) within "
+                                     f"{cfg.start_timeout:.0f} s")
+                time.sleep(0.002)
+        agreed = self.warm_up()
+        agreed, top = self.iteration(0, agreed)
+        for i in range(1, cfg.iterations):
+            agreed, top = self.iteration(i, self.predict(agreed, top))
+        if cfg.record_levels:
+            np.savez(Path(cfg.output).with_suffix(".npz"), **self.levels_record)
+        self._emit(type="done", end=time.time())
+
+    def _emit(self, **record):
+        self.out.write(json.dumps(record) + "\n")
+
+    def close(self):
+        self.sock.close()
+        self.out.close()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGTERM, _interrupt)
+    if len(argv) != 1:
+        print("usage: python -m qaina_bench.hosts.agent CONFIG.json", file=sys.stderr)
+        return 2
+    try:
+        cfg = AgentConfig.load(argv[0])
+        agent = Agent(cfg)
+    except (OSError, ValueError, TypeError, AgentError) as exc:
+        print(f"agent: {exc}", file=sys.stderr)
+        return 2
+    try:
+        agent.run()
+    except AgentError as exc:
+        agent._emit(type="error", message=str(exc), end=time.time())
+        print(f"agent {cfg.job_id}/{cfg.worker}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        agent._emit(type="interrupted", end=time.time())
+        return 130
+    finally:
+        agent.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

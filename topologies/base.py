@@ -1,0 +1,44 @@
+"""What every testbed topology has: numbered hosts with fixed addresses, link
+parameters for TCLink, and a designated aggregating switch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mininet.topo import Topo
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """TCLink parameters; None leaves the property unshaped."""
+
+    bw: float | None = None  # Mbit/s
+    delay: str | None = None  # e.g. "1ms"
+    loss: float | None = None  # percent
+
+    def opts(self) -> dict:
+        return {k: v for k, v in (("bw", self.bw), ("delay", self.delay), ("loss", self.loss))
+                if v is not None}
+
+
+def host_ip(i: int) -> str:
+    return f"10.0.{i // 256}.{i % 256}"
+
+
+def host_mac(i: int) -> str:
+    return "00:00:00:00:{:02x}:{:02x}".format(i // 256, i % 256)
+
+
+class QainaTopo(Topo):
+    """Base class: ``addWorker`` adds host ``h<i>``; ``aggregator`` is set by subclasses."""
+
+    aggregator = "s1"
+
+    def build(self, hosts: int = 4, link: LinkParams = LinkParams(), **_):
+        raise NotImplementedError
+
+    def addWorker(self, i: int) -> str:
+        return self.addHost(f"h{i}", ip=f"{host_ip(i)}/8", mac=host_mac(i))
+
+    def describe(self) -> str:
+        return self.__class__.__name__
