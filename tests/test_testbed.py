@@ -1,0 +1,194 @@
+"""Real Mininet runs as root: the aggregates every worker receives are exactly the sum
+of all workers' quantized traces, also over lossy links; results are consistent;
+Ctrl-C and crashes leave nothing behind."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qaina_bench.harness.config import RunConfig
+from qaina_bench.harness.record import RunRecord
+from qaina_bench.harness.run import Run
+from qaina_bench.hosts.lanes import LaneFormat
+from qaina_bench.hosts.quantize import Quantizer
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
+    pytest.mark.skipif(shutil.which("mnexec") is None,
+                       reason="mnexec missing: apt-get install mininet"),
+]
+
+
+def execute(tmp_path, **kw):
+    cfg = RunConfig(results_dir=str(tmp_path), record_levels=True, **kw)
+    run = Run(cfg, echo=lambda *a, **k: None)
+    summary = run.execute()
+    return summary, run.dir
+
+
+def final_counters(directory: Path, switch: str, job: int) -> dict:
+    rows = [r for r in csv.DictReader(open(directory / "timeseries.csv"))
+            if r["kind"] == "slots" and r["switch"] == switch and int(r["job"]) == job]
+    return {k: int(v) for k, v in rows[-1].items()
+            if k in ("slots_opened", "slots_closed", "agg_packets", "results_sent")}
+
+
+def check_exact_aggregates(directory: Path, summary: dict):
+    """Every worker got, for every chunk, the exact integer sum of all workers' levels."""
+    for job in summary["jobs"]:
+        fmt = LaneFormat(job["bits"], job["workers"])
+        npz = [np.load(directory / "agents" / f"j{job['job_id']}w{w}.npz")
+               for w in range(job["workers"])]
+        for i in range(summary["iterations"]):
+            levels = np.stack([z[f"levels_{i}"].astype(np.int64) for z in npz])
+            total = (2 * levels - 1).sum(axis=0) if fmt.bits == 1 else levels.sum(axis=0)
+            scale = npz[0][f"scale_{i}"]
+            expected = Quantizer(fmt).dequantize_sum(total, scale, 32 * fmt.lanes)
+            for w, z in enumerate(npz):
+                assert np.array_equal(z[f"sums_{i}"], total), \
+                    f"job {job['job_id']} worker {w} iteration {i}: level sums differ"
+                assert np.array_equal(z[f"scale_{i}"], scale), "scales not agreed"
+                assert np.array_equal(z[f"aggregate_{i}"], expected)
+
+
+def test_star_four_workers_get_exact_aggregates(tmp_path):
+    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[4],
+                                 iterations=3)
+    assert summary["complete"], summary["errors"]
+    check_exact_aggregates(directory, summary)
+    job = summary["jobs"][0]
+    assert job["iterations_done"] == 3 and job["rel_error_mean"] < 1.0
+    for name in ("config.yaml", "iterations.csv", "timeseries.csv", "summary.json",
+                 "slots.png", "iterations.png", "logs/s1.log", "logs/agent-j1w0.log"):
+        assert (directory / name).exists(), name
+
+
+def test_leafspine_two_jobs_exact_and_slot_usage(tmp_path):
+    # Links of 1 Mbit/s keep each job busy long enough for the 50 ms switch samples.
+    summary, directory = execute(tmp_path, topo="leafspine", jobs=2, workers=4,
+                                 bits=[4, 32], iterations=3, slots=16, bw=1)
+    assert summary["complete"], summary["errors"]
+    assert summary["aggregator"] == "sp1"
+    check_exact_aggregates(directory, summary)
+    b4, b32 = summary["jobs"]
+    assert b32["rel_error_max"] < 1e-5  # fixed point: exact up to rounding
+    for job in summary["jobs"]:
+        assert 0 < job["slots_peak"] <= 16
+    # b = 4 packs five elements per register where b = 32 packs one.
+    assert (b4["elements_per_register"], b32["elements_per_register"]) == (5, 1)
+    elements = b4["elements_per_iteration"]
+    chunks4, chunks32 = -(-elements // 160), -(-elements // 32)
+    for job, chunks in ((b4, chunks4), (b32, chunks32)):
+        c = final_counters(directory, "sp1", job["job_id"])
+        warmup = min(16, chunks)
+        assert c["slots_closed"] == c["slots_opened"] == warmup + 3 * chunks
+
+
+def test_lossy_links_still_aggregate_every_chunk_exactly_once(tmp_path):
+    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[8],
+                                 iterations=3, loss=1.0, slots=16)
+    assert summary["complete"], summary["errors"]
+    check_exact_aggregates(directory, summary)
+    job = summary["jobs"][0]
+    assert job["retransmissions"] > 0  # 1% loss on every link did hit the run
+    chunks = -(-job["elements_per_iteration"] // (32 * job["lanes"]))
+    c = final_counters(directory, "s1", job["job_id"])
+    assert c["slots_closed"] == c["slots_opened"] == min(16, chunks) + 3 * chunks
+    assert c["agg_packets"] == 4 * c["slots_closed"]  # no contribution applied twice
+
+
+def test_summary_agrees_with_the_iteration_table(tmp_path):
+    summary, directory = execute(tmp_path, topo="star", jobs=2, workers=2, bits=[2],
+                                 iterations=2)
+    rows = list(csv.DictReader(open(directory / "iterations.csv")))
+    assert len(rows) == 2 * 2 * 2
+    saved = json.loads((directory / "summary.json").read_text())
+    assert saved["jobs"] == summary["jobs"]
+    for job in saved["jobs"]:
+        mine = [r for r in rows if int(r["job"]) == job["job_id"]]
+        ct = np.array([float(r["completion_s"]) for r in mine])
+        assert job["iteration_completion_mean_s"] == pytest.approx(ct.mean())
+        assert job["iteration_completion_p99_s"] == pytest.approx(np.percentile(ct, 99))
+        span = max(float(r["end"]) for r in mine) - min(float(r["start"]) for r in mine)
+        assert job["job_completion_s"] == pytest.approx(span)
+        elements = int(mine[0]["elements"])
+        assert job["elements_per_s"] == pytest.approx(elements * 2 / span)
+        assert job["fp32_equivalent_gbps"] == pytest.approx(elements * 2 * 32 / span / 1e9)
+        assert job["retransmissions"] == sum(int(r["retransmissions"]) for r in mine)
+        assert job["bytes_sent"] == sum(int(r["bytes_sent"]) for r in mine)
+        assert job["rel_error_max"] == pytest.approx(max(float(r["rel_error"]) for r in mine))
+        assert job["register_bit_efficiency"] == pytest.approx(
+            elements * 2 / (-(-elements // (32 * job["lanes"])) * 1024))
+    assert saved["startup_to_first_send_s"] > 0
+
+
+def leftovers(record_data: dict) -> list[str]:
+    left = [f"interface {n}" for n in record_data["interfaces"]
+            if Path(f"/sys/class/net/{n}").exists()]
+    for p in record_data["processes"]:
+        try:
+            os.kill(p["pid"], 0)
+            left.append(f"process {p['what']} ({p['pid']})")
+        except ProcessLookupError:
+            pass
+    return left
+
+
+def test_ctrl_c_tears_everything_down_and_keeps_the_results(tmp_path):
+    cmd = [sys.executable, "-m", "qaina_bench.harness.cli", "up", "--topo", "star",
+           "--jobs", "1", "--workers", "4", "--iterations", "12", "--bits", "32", "--bw", "0.5",
+           "--results-dir", str(tmp_path), "--run-id", "interrupted"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    record_path = Path("/run/qaina-bench/interrupted.json")
+    agents = tmp_path / "interrupted" / "agents"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any("iteration" in p.read_text() for p in agents.glob("*.jsonl")):
+            break
+        time.sleep(0.1)
+    record = json.loads(record_path.read_text())
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out.decode()
+    summary = json.loads((tmp_path / "interrupted" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["complete"] is False
+    assert any(j.get("iterations_done", 0) >= 0 for j in summary["jobs"])
+    assert not record_path.exists()
+    assert leftovers(record) == []
+
+
+def test_clean_removes_exactly_what_a_crashed_run_recorded(tmp_path):
+    ours = subprocess.Popen(["sleep", "300"])
+    theirs = subprocess.Popen(["sleep", "300"])
+    subprocess.run(["ip", "link", "add", "qcleantest0", "type", "veth", "peer", "name",
+                    "qcleantest1"], check=True)
+    rec = RunRecord("crashed-run", directory=tmp_path)
+    rec.data["owner"] = 2 ** 22 + 12345  # no such process: the run is dead
+    rec.add_process(ours.pid, "switch s1")
+    rec.add_interface("qcleantest0")
+    rec.save()
+    try:
+        from qaina_bench.harness.record import stale_records
+        stale = stale_records(tmp_path)
+        assert [r.run_id for r in stale] == ["crashed-run"]
+        done = stale[0].remove()
+        assert any("qcleantest0" in d for d in done)
+        assert ours.wait(5) is not None
+        assert theirs.poll() is None  # not recorded: untouched
+        assert not Path("/sys/class/net/qcleantest0").exists()
+        assert not rec.path.exists()
+    finally:
+        theirs.kill()
+        ours.kill()
+        subprocess.run(["ip", "link", "del", "qcleantest0"], capture_output=True)
