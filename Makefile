@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
-APT_PACKAGES := mininet iproute2 iputils-ping ethtool python3-venv
+APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables python3-venv
 TOPO ?= leafspine
 PYTEST_ARGS ?=
 

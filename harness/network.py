@@ -8,6 +8,7 @@ per host and per aggregator address), and programs jobs on the aggregating switc
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections import deque
@@ -20,6 +21,7 @@ from mininet.node import Switch
 
 from ..topologies.base import host_ip
 from .control import SwitchConnection
+from .linkloss import apply_loss, remove_table
 from .jobs import Job, Worker, ip_to_int, mac_to_int, program_aggregator, program_job
 from .record import RunRecord
 from .targets import make_target
@@ -80,8 +82,11 @@ class QainaSwitch(Switch):
 class Testbed:
     """A running topology whose switches are programmed over P4Runtime."""
 
-    def __init__(self, topo, target: str, log_dir: Path, record: RunRecord):
+    def __init__(self, topo, target: str, log_dir: Path, record: RunRecord,
+                 nft_loss: float | None = None):
         self.topo = topo
+        self.nft_loss = nft_loss  # percent, applied with nftables (kernel without netem)
+        self.loss_table = f"qaina_loss_{os.getpid()}"
         self.target = target
         self.log_dir = Path(log_dir)
         self.record = record
@@ -115,6 +120,12 @@ class Testbed:
             h.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
             for intf in h.intfList():
                 quiet_interface(intf.name, run=lambda cmd, **kw: h.cmd(" ".join(cmd)))
+        if self.nft_loss:
+            self.record.data.setdefault("nft_tables", []).append(self.loss_table)
+            self.record.save()
+            for link in self.net.links:
+                for intf in (link.intf1, link.intf2):
+                    apply_loss(intf.node, intf.name, self.nft_loss, self.loss_table)
         self.net.staticArp()
         for sw in self.net.switches:
             for h in self.net.hosts:
@@ -204,6 +215,8 @@ class Testbed:
         if self.net is not None:
             self.net.stop()
             self.net = None
+        if self.nft_loss:
+            remove_table(self.loss_table)
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:

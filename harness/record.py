@@ -88,6 +88,11 @@ class RunRecord:
             if Path(f"/sys/class/net/{name}").exists():
                 subprocess.run(["ip", "link", "del", name], capture_output=True)
                 done.append(f"deleted interface {name}")
+        for table in self.data.get("nft_tables", []):
+            res = subprocess.run(["nft", "delete", "table", "netdev", table],
+                                 capture_output=True)
+            if res.returncode == 0:
+                done.append(f"deleted nftables table {table}")
         for path in self.data["paths"]:
             p = Path(path)
             if p.is_dir():

@@ -27,6 +27,7 @@ from ..results import ResultWriter, summarise
 from ..topologies import TOPOLOGIES, LinkParams
 from .config import ConfigError, RunConfig
 from .jobs import Job, partition_slots
+from .linkloss import netem_available, nft_available
 from .network import Testbed, aggregator_ip
 from .record import RunRecord, live_records
 
@@ -67,9 +68,10 @@ def new_run_id(cfg: RunConfig) -> str:
     return f"{stamp}-{cfg.topo}-j{cfg.jobs}w{cfg.workers}b{bits}"
 
 
-def build_topology(cfg: RunConfig):
+def build_topology(cfg: RunConfig, netem: bool = True):
+    """The run's topology; without netem, loss is left to nftables (see linkloss)."""
     hosts = cfg.jobs * cfg.workers
-    link = LinkParams(cfg.bw, cfg.delay, cfg.loss)
+    link = LinkParams(cfg.bw, cfg.delay, cfg.loss if netem else None)
     return TOPOLOGIES[cfg.topo](hosts=hosts, link=link, spines=cfg.spines, leaves=cfg.leaves)
 
 
@@ -86,6 +88,14 @@ class Run:
         if shutil.which("mnexec") is None:
             raise ConfigError("mnexec not found: install Mininet (apt-get install mininet), "
                               "or run `qaina-bench doctor`")
+        self.netem = netem_available()
+        if cfg.delay and not self.netem:
+            raise ConfigError("--delay needs the kernel's netem qdisc, which this kernel "
+                              "lacks (CONFIG_NET_SCH_NETEM); run without --delay, or on a "
+                              "kernel with netem (e.g. the Vagrant VM)")
+        if cfg.loss and not self.netem and not nft_available():
+            raise ConfigError("--loss needs netem or nftables: this kernel has no netem; "
+                              "install nftables (apt-get install nftables)")
         busy = live_records()
         if busy:
             raise ConfigError(f"run {busy[0].run_id} (pid {busy[0].data['owner']}) is still "
@@ -127,10 +137,13 @@ class Run:
 
     def _bring_up(self):
         cfg = self.cfg
-        topo = build_topology(cfg)
+        topo = build_topology(cfg, self.netem)
         self.echo(f"run {cfg.run_id}: {cfg.topo} with {len(topo.switches())} switches, "
                   f"{len(topo.hosts())} hosts, target {cfg.target}")
-        self.testbed = Testbed(topo, cfg.target, self.writer.log_dir, self.record)
+        nft_loss = cfg.loss if cfg.loss and not self.netem else None
+        if nft_loss:
+            self.echo(f"  link loss {cfg.loss}% per direction by nftables (no netem here)")
+        self.testbed = Testbed(topo, cfg.target, self.writer.log_dir, self.record, nft_loss)
         self.testbed.start()
         self.events["network_up"] = time.time()
         agg = topo.aggregator

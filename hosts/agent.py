@@ -25,6 +25,7 @@ Run: ``python -m qaina_bench.hosts.agent CONFIG.json`` (the harness writes the c
 
 from __future__ import annotations
 
+import errno
 import json
 import select
 import signal
@@ -90,6 +91,7 @@ class ExchangeStats:
     packets_received: int = 0
     retransmissions: int = 0
     duplicates: int = 0
+    send_errors: int = 0
     first_send: float = 0.0
     rtts: list = field(default_factory=list)
 
@@ -162,7 +164,7 @@ class Agent:
             while next_c < n and (next_c < W or got[next_c - W]) and len(pending) < W:
                 exp, words = build(next_c, agreed)
                 pkt = self._packet(k0 + next_c, exp, words)
-                sock.sendto(pkt, dest)
+                self._send(pkt, stats)
                 pending[next_c] = [pkt, time.monotonic(), False]
                 stats.packets_sent += 1
                 next_c += 1
@@ -204,7 +206,7 @@ class Agent:
                     if not entry[2]:
                         pkt = pkt[:3] + bytes([pkt[3] | FLAG_RETX]) + pkt[4:]
                         entry[0] = pkt
-                    sock.sendto(pkt, dest)
+                    self._send(pkt, stats)
                     entry[1] = now
                     entry[2] = True
                     stats.retransmissions += 1
@@ -215,6 +217,15 @@ class Agent:
                                  f"the job programmed, the route to {dest[0]} there?)")
         self.position += n
         return results.astype(np.uint32), agreed, stats
+
+    def _send(self, pkt: bytes, stats: "ExchangeStats"):
+        """Send one datagram; a full or lossy egress queue (ENOBUFS) is a lost packet."""
+        try:
+            self.sock.sendto(pkt, self.dest)
+        except (BlockingIOError, OSError) as exc:
+            if exc.errno not in (errno.ENOBUFS, errno.EAGAIN):
+                raise
+            stats.send_errors += 1
 
     def _sample_rtt(self, rtt: float, stats: ExchangeStats):
         stats.rtts.append(rtt)
@@ -304,7 +315,7 @@ class Agent:
                    bytes_sent=stats.packets_sent * FRAME_LEN,
                    bytes_received=stats.packets_received * FRAME_LEN,
                    retransmissions=stats.retransmissions, duplicates=stats.duplicates,
-                   clipped=clipped, rel_error=err, encode_s=timing["encode"],
+                   send_errors=stats.send_errors, clipped=clipped, rel_error=err, encode_s=timing["encode"],
                    decode_s=decode_s,
                    rtt_median_s=float(np.median(rtts)) if rtts else None)
         return agreed[C - P:], int(agreed.max())

@@ -106,6 +106,8 @@ def test_lossy_links_still_aggregate_every_chunk_exactly_once(tmp_path):
     c = final_counters(directory, "s1", job["job_id"])
     assert c["slots_closed"] == c["slots_opened"] == min(16, chunks) + 3 * chunks
     assert c["agg_packets"] == 4 * c["slots_closed"]  # no contribution applied twice
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    assert "qaina_loss" not in tables  # loss rules (where netem is missing) are removed
 
 
 def test_summary_agrees_with_the_iteration_table(tmp_path):
