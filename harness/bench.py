@@ -149,6 +149,16 @@ def switch_bench(bits: int, rate: float, seconds: float, workdir: Path) -> dict:
         veths.remove()
 
 
+def testbed_bench(topo: str, bits: int, bw: float | None, iterations: int, workdir: Path,
+                  jobs: int) -> dict:
+    """One ``up`` run; returns its summary."""
+    from .config import RunConfig
+    from .run import Run
+    cfg = RunConfig(topo=topo, jobs=jobs, workers=4, bits=[bits], iterations=iterations,
+                    bw=bw, results_dir=str(workdir))
+    return Run(cfg, echo=lambda *a, **k: None).execute()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m qaina_bench.harness.bench")
     sub = ap.add_subparsers(dest="what", required=True)
@@ -157,9 +167,30 @@ def main(argv=None) -> int:
     sw.add_argument("--rate", type=float, action="append",
                     help="offered contributions/s (repeatable; default a sweep)")
     sw.add_argument("--seconds", type=float, default=4.0)
+    tb = sub.add_parser("testbed", help="elements/s of b=4 against b=32 on real topologies")
+    tb.add_argument("--bw", type=float, default=1.0, help="link Mbit/s (links the bottleneck)")
+    tb.add_argument("--iterations", type=int, default=6)
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
-        ap.error("the switch benchmark needs root (veth pairs, raw sockets)")
+        ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
+    if args.what == "testbed":
+        print(f"links {args.bw} Mbit/s, 4 workers per job, {args.iterations} iterations")
+        print(f"{'topology':>10} {'jobs':>4} {'bits':>4} {'Melem/s':>9} {'iter ms':>8} "
+              f"{'p99 ms':>7} {'up->first pkt s':>15}")
+        with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
+            for topo, jobs in (("star", 1), ("leafspine", 2)):
+                rates = {}
+                for bits in (4, 32):
+                    s = testbed_bench(topo, bits, args.bw, args.iterations, Path(tmp), jobs)
+                    for j in s["jobs"]:
+                        rates.setdefault(bits, []).append(j["elements_per_s"])
+                        print(f"{topo:>10} {jobs:>4} {bits:>4} {j['elements_per_s'] / 1e6:>9.4f} "
+                              f"{1e3 * j['iteration_completion_mean_s']:>8.1f} "
+                              f"{1e3 * j['iteration_completion_p99_s']:>7.1f} "
+                              f"{s['startup_to_first_send_s']:>15.2f}", flush=True)
+                ratio = sum(rates[4]) / sum(rates[32])
+                print(f"{topo:>10}: b=4 moves {ratio:.1f}x the elements/s of b=32")
+        return 0
     rates = args.rate or [50_000, 80_000, 100_000, 120_000, 150_000]
     print(f"{'bits':>4} {'m':>2} {'offered pps':>12} {'aggregated pps':>15} {'agg %':>6} "
           f"{'fp32 Gbit/s':>11}")

@@ -268,6 +268,15 @@ def bench_switch(bits, rate, seconds):
     sys.exit(b.main(args))
 
 
+@bench.command("testbed")
+@click.option("--bw", type=float, default=1.0, show_default=True, help="link Mbit/s")
+@click.option("--iterations", type=int, default=6, show_default=True)
+def bench_testbed(bw, iterations):
+    """Elements/s and iteration time, b=4 against b=32, on star and leaf-spine (root)."""
+    from . import bench as b
+    sys.exit(b.main(["testbed", "--bw", str(bw), "--iterations", str(iterations)]))
+
+
 @bench.command("codec")
 def bench_codec():
     """Agent encode/decode throughput (fp32 MB/s, one core)."""
