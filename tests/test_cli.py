@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -73,3 +74,22 @@ def test_help_lists_the_commands():
     assert code == 0
     for cmd in ("up", "run", "clean", "doctor", "traces", "results", "bench"):
         assert cmd in out
+
+
+def test_traces_list_and_show_the_bundled_set():
+    code, out = run_cli("traces", "list")
+    assert code == 0 and "digits-mlp" in out
+    code, out = run_cli("traces", "show", "digits-mlp")
+    assert code == 0
+    manifest = json.loads(out)
+    assert manifest["workers"] == 8 and manifest["model"]
+
+
+def test_traces_record_writes_a_set_that_runs(tmp_path):
+    code, out = run_cli("traces", "record", "tiny", "--out", str(tmp_path), "--workers", "2",
+                        "--iterations", "2")
+    assert code == 0, out
+    code, out = run_cli("traces", "list", "--trace-dir", str(tmp_path))
+    assert code == 0 and "tiny" in out
+    cfg = RunConfig(trace="tiny", trace_dirs=[str(tmp_path)], workers=2, iterations=2, jobs=1)
+    assert cfg.check().workers == 2
