@@ -69,6 +69,13 @@ def run_options(f):
         click.option("--run-id", help="name of the result set (default: time and setup)"),
         click.option("--timeout", type=float, default=DEFAULTS.timeout, show_default=True,
                      help="seconds before the run is stopped"),
+        click.option("--compress", type=click.Choice(["none", "gradiveq"]), default="none",
+                     show_default=True, help="GradiVeQ: aggregate PCA coefficients from "
+                     "iteration 1 on"),
+        click.option("--gvq-d", type=int, default=DEFAULTS.gvq_d, show_default=True,
+                     help="GradiVeQ slice length"),
+        click.option("--gvq-k", type=int, default=DEFAULTS.gvq_k, show_default=True,
+                     help="GradiVeQ coefficients per slice"),
         click.option("--record-levels", is_flag=True,
                      help="agents keep their levels and the received sums (for checks)"),
     ]

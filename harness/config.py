@@ -46,6 +46,9 @@ class RunConfig:
     sample_interval: float = 0.05
     timeout: float = 300.0
     record_levels: bool = False
+    compress: str = "none"  # or "gradiveq"
+    gvq_d: int = 64
+    gvq_k: int = 8
 
     # -- io ----------------------------------------------------------------------------
     @classmethod
@@ -106,6 +109,14 @@ class RunConfig:
             raise ConfigError(f"--bw {self.bw}: link bandwidth in Mbit/s must be positive")
         if self.topo == "leafspine" and (self.spines < 1 or self.leaves < 1):
             raise ConfigError("a leaf-spine needs --spines >= 1 and --leaves >= 1")
+        if self.compress not in ("none", "gradiveq"):
+            raise ConfigError(f"--compress {self.compress!r}: use none or gradiveq")
+        if not 1 <= self.gvq_k <= self.gvq_d:
+            raise ConfigError(f"GradiVeQ needs 1 <= k <= d, got --gvq-k {self.gvq_k} "
+                              f"--gvq-d {self.gvq_d}")
+        if self.compress == "gradiveq" and self.iterations < 2:
+            raise ConfigError("--compress gradiveq fits its basis on iteration 0 and "
+                              "compresses from iteration 1: use --iterations 2 or more")
         if self.sample_interval <= 0 or self.timeout <= 0:
             raise ConfigError("--sample-interval and --timeout must be positive")
         try:

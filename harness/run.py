@@ -62,6 +62,15 @@ class AgentProcess:
         return out
 
 
+def agent_env() -> dict:
+    """Agents run single-threaded numpy: many share two cores with the switches, and
+    GradiVeQ needs every worker's basis fit to give identical results."""
+    env = dict(os.environ)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"
+    return env
+
+
 def new_run_id(cfg: RunConfig) -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     bits = "-".join(str(b) for b in cfg.bits)
@@ -175,7 +184,8 @@ class Run:
                                    slot_base=job.slot_base, slots=job.slot_count,
                                    output=str(self.writer.dir / "agents" / f"{name}.jsonl"),
                                    seed=cfg.seed, headroom=cfg.headroom, start_file=str(go),
-                                   record_levels=cfg.record_levels)
+                                   record_levels=cfg.record_levels, compress=cfg.compress,
+                                   gvq_d=cfg.gvq_d, gvq_k=cfg.gvq_k)
                 path = self.writer.dir / "agents" / f"{name}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 acfg.save(path)
@@ -183,7 +193,7 @@ class Run:
                 with open(log, "wb") as out:
                     popen = self.testbed.host(host).popen(
                         [sys.executable, "-m", "qaina_bench.hosts.agent", str(path)],
-                        stdout=out, stderr=out, stdin=None)
+                        stdout=out, stderr=out, stdin=None, env=agent_env())
                 self.record.add_process(popen.pid, f"agent {name} on {host}")
                 self.agents.append(AgentProcess(job.job_id, w.index, host, acfg, popen, log))
         # Start together once every agent has loaded its trace.

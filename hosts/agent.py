@@ -20,6 +20,13 @@ it with the result. With a window of W slots and C chunks per iteration, P = min
 * before iteration 0, a warm-up round of P zero chunks carries iteration 0's first P
   exponents, so iteration 0 uses exact scales throughout.
 
+GradiVeQ (``compress="gradiveq"``): the first ``gvq_fit_iterations`` iterations are
+aggregated uncompressed; every worker then fits the same PCA basis to the identical
+aggregates it received (no extra communication), and from the next iteration on
+aggregates the ``k`` coefficients of every ``d``-element slice instead of the slice:
+the compression is linear, so the switch's sum of coefficients is the coefficients of
+the sum, which the agent decompresses.
+
 Run: ``python -m qaina_bench.hosts.agent CONFIG.json`` (the harness writes the config).
 """
 
@@ -40,7 +47,8 @@ import numpy as np
 from ..p4.header import (FLAG_RESULT, FLAG_RETX, FRAME_LEN, QAINA_LEN, QAINA_STRUCT,
                          QAINA_UDP_PORT, QAINA_WORDS)
 from .lanes import LaneFormat
-from .quantize import EXP_MIN, Quantizer, chunk_count, chunk_exponents
+from .gradiveq import GradiVeQ
+from .quantize import EXP_MIN, Quantizer, chunk_exponents
 from .traces import TraceSet
 
 PACKET_LEN = QAINA_LEN + 4 * QAINA_WORDS  # UDP payload of one chunk
@@ -72,6 +80,10 @@ class AgentConfig:
     start_file: str | None = None  # start sending once this file exists (all together)
     start_timeout: float = 120.0
     record_levels: bool = False  # keep own levels and received sums (for verification)
+    compress: str = "none"  # "none" or "gradiveq"
+    gvq_d: int = 64  # GradiVeQ slice length
+    gvq_k: int = 8  # GradiVeQ coefficients per slice
+    gvq_fit_iterations: int = 1  # uncompressed iterations whose aggregates fit the basis
 
     @classmethod
     def load(cls, path) -> "AgentConfig":
@@ -124,7 +136,10 @@ class Agent:
                           for i in range(cfg.iterations)]
         self.exact = [self.trace.exact_sum(i, workers=range(cfg.workers))
                       for i in range(cfg.iterations)]
-        self.chunks = chunk_count(self.elements, self.chunk_elems)
+        if cfg.compress not in ("none", "gradiveq"):
+            raise AgentError(f"unknown compression {cfg.compress!r}: none or gradiveq")
+        self.gvq = GradiVeQ(cfg.gvq_d, cfg.gvq_k) if cfg.compress == "gradiveq" else None
+        self.fit_aggregates: list[np.ndarray] = []
         self.window = cfg.slots
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -239,20 +254,17 @@ class Agent:
         self.rto = min(self.cfg.rto_max, max(self.cfg.rto_min, 4 * self.srtt))
 
     # -- iterations --------------------------------------------------------------------
-    def _chunk(self, c: int) -> slice:
-        return slice(c * self.chunk_elems, min((c + 1) * self.chunk_elems, self.elements))
-
     def _pack_chunk(self, levels: np.ndarray) -> np.ndarray:
         return self.fmt.pack(levels, QAINA_WORDS).astype(">u4")
 
-    @property
-    def predicted(self) -> int:
+    def predicted_count(self, chunks: int) -> int:
         """P: chunks at the start of an iteration whose scale comes from the last one."""
-        return min(self.window, self.chunks)
+        return min(self.window, chunks)
 
     def carried(self, c: int, own: np.ndarray) -> int:
         """The exponent chunk ``c`` carries to the switch (see the module docstring)."""
-        P, C = self.predicted, self.chunks
+        C = len(own)
+        P = self.predicted_count(C)
         return int(own[c + P] if c < C - P else own[c - (C - P)])
 
     def predict(self, agreed: np.ndarray, top: int) -> np.ndarray:
@@ -264,73 +276,103 @@ class Agent:
         base = np.where(agreed <= EXP_MIN, top, agreed.astype(np.int16))
         return np.clip(base + self.headroom, EXP_MIN, 127).astype(np.int8)
 
-    def warm_up(self) -> np.ndarray:
-        """Zero chunks carrying iteration 0's first P exponents; returns their maxima."""
-        own = chunk_exponents(self.gradients[0], self.chunk_elems)
+    def warm_up(self, values: np.ndarray) -> np.ndarray:
+        """Zero chunks carrying the first P exponents of ``values``; returns their maxima.
+
+        Runs before iteration 0, and again whenever the aggregated vector changes shape
+        (GradiVeQ switching from gradients to coefficients).
+        """
+        own = chunk_exponents(values, self.chunk_elems)
         zero = self._pack_chunk(np.zeros(self.chunk_elems, dtype=np.int32))
-        _, agreed, stats = self._exchange(self.predicted, lambda c, _: (int(own[c]), zero))
+        count = self.predicted_count(len(own))
+        _, agreed, stats = self._exchange(count, lambda c, _: (int(own[c]), zero))
         self._emit(type="warmup", start=stats.first_send, end=time.time(),
                    packets_sent=stats.packets_sent, retransmissions=stats.retransmissions)
         return agreed
 
-    def iteration(self, i: int, predicted: np.ndarray) -> np.ndarray:
-        """Aggregate iteration ``i``; ``predicted`` are the scales of its first P chunks.
+    def aggregate(self, values: np.ndarray, predicted: np.ndarray):
+        """Sum ``values`` over the job's workers through the switch.
 
-        Returns the maxima agreed for the next iteration's first P chunks, and the
-        largest exponent agreed for any chunk of this iteration.
+        ``predicted`` are the scales of the first P chunks. Returns (dequantized sum,
+        own levels, level sums, scales, maxima agreed for the next iteration's first P
+        chunks, largest exponent agreed, exchange stats, encode seconds, clipped count).
         """
-        grad = self.gradients[i]
-        own = chunk_exponents(grad, self.chunk_elems)
-        P, C, W = self.predicted, self.chunks, self.window
+        n = len(values)
+        ce = self.chunk_elems
+        own = chunk_exponents(values, ce)
+        C = len(own)
+        P, W = self.predicted_count(C), self.window
         scale = np.zeros(C, dtype=np.int8)
         scale[:P] = predicted
-        levels = np.zeros(self.elements, dtype=np.int32)
-        timing = {"encode": 0.0}
+        levels = np.zeros(n, dtype=np.int32)
+        encode = [0.0]
 
         def build(c, agreed):
             t = time.perf_counter()
             if c >= P:  # the result of chunk c - W brought the exact maximum for chunk c
                 scale[c] = agreed[c - W]
-            part = self._chunk(c)
-            levels[part] = self.quantizer.quantize(grad[part], scale[c:c + 1],
-                                                   self.chunk_elems)
+            part = slice(c * ce, min((c + 1) * ce, n))
+            levels[part] = self.quantizer.quantize(values[part], scale[c:c + 1], ce)
             words = self._pack_chunk(levels[part])
-            timing["encode"] += time.perf_counter() - t
+            encode[0] += time.perf_counter() - t
             return self.carried(c, own), words
 
         words_back, agreed, stats = self._exchange(C, build)
+        sums = self.fmt.unpack_sum(words_back.reshape(-1), n)
+        total = self.quantizer.dequantize_sum(sums, scale, ce)
+        limit = np.repeat(np.ldexp(1.0, scale.astype(np.int32)), ce)[:n]
+        clipped = int(np.count_nonzero(np.abs(values) > limit))
+        return (total, levels, sums, scale, agreed[C - P:], int(agreed.max()), stats,
+                encode[0], clipped)
+
+    def iteration(self, i: int, predicted: np.ndarray | None):
+        """Aggregate iteration ``i``, compressed once the GradiVeQ basis is fitted.
+
+        ``predicted`` are the scales of the first P chunks (None: run a warm-up first).
+        Returns the predictions for the next iteration, and its largest exponent.
+        """
+        grad = self.gradients[i]
+        t0 = time.perf_counter()
+        compressed = self.gvq is not None and self.gvq.fitted
+        values = self.gvq.compress(grad) if compressed else grad
+        compress_s = time.perf_counter() - t0
+        if predicted is None:
+            predicted = self.warm_up(values)
+        (total, levels, sums, scale, nxt, top, stats, encode_s,
+         clipped) = self.aggregate(values, predicted)
         t1 = time.perf_counter()
-        sums = self.fmt.unpack_sum(words_back.reshape(-1), self.elements)
-        aggregate = self.quantizer.dequantize_sum(sums, scale, self.chunk_elems)
+        aggregate = self.gvq.decompress(total, self.elements) if compressed else total
         end = time.time()
         decode_s = time.perf_counter() - t1
-        limit = np.repeat(np.ldexp(1.0, scale.astype(np.int32)), self.chunk_elems)
-        clipped = int(np.count_nonzero(np.abs(grad) > limit[: self.elements]))
+        if self.gvq is not None and i < self.cfg.gvq_fit_iterations:
+            self.fit_aggregates.append(aggregate)
+            if i + 1 == self.cfg.gvq_fit_iterations:
+                self.gvq.fit_gradients(self.fit_aggregates)
         exact = self.exact[i]
         err = float(np.linalg.norm(aggregate - exact) / max(np.linalg.norm(exact), 1e-30))
         if self.cfg.record_levels:
             self.levels_record[f"levels_{i}"] = levels
             self.levels_record[f"sums_{i}"] = sums.astype(np.int64)
-            self.levels_record[f"aggregate_{i}"] = aggregate
+            self.levels_record[f"aggregate_{i}"] = total
             self.levels_record[f"scale_{i}"] = scale
         rtts = stats.rtts
         self._emit(type="iteration", iteration=i, start=stats.first_send, end=end,
                    completion_s=end - stats.first_send, elements=self.elements,
-                   chunks=C, packets_sent=stats.packets_sent,
-                   packets_received=stats.packets_received,
+                   values=len(values), compressed=compressed, chunks=len(scale),
+                   packets_sent=stats.packets_sent, packets_received=stats.packets_received,
                    bytes_sent=stats.packets_sent * FRAME_LEN,
                    bytes_received=stats.packets_received * FRAME_LEN,
                    retransmissions=stats.retransmissions, duplicates=stats.duplicates,
-                   send_errors=stats.send_errors, clipped=clipped, rel_error=err, encode_s=timing["encode"],
-                   decode_s=decode_s,
+                   send_errors=stats.send_errors, clipped=clipped, rel_error=err,
+                   encode_s=encode_s + compress_s, decode_s=decode_s,
                    rtt_median_s=float(np.median(rtts)) if rtts else None)
-        return agreed[C - P:], int(agreed.max())
+        return nxt, top, len(values)
 
     def run(self):
         cfg = self.cfg
         self._emit(type="start", job_id=cfg.job_id, worker=cfg.worker, bits=cfg.bits,
                    lanes=self.fmt.lanes, lane_width=self.fmt.width, elements=self.elements,
-                   chunks=self.chunks, window=self.window, trace=self.trace.name)
+                   window=self.window, trace=self.trace.name, compress=cfg.compress)
         if cfg.start_file:
             deadline = time.monotonic() + cfg.start_timeout
             while not Path(cfg.start_file).exists():
@@ -338,13 +380,16 @@ class Agent:
                     raise AgentError(f"no start signal ({cfg.start_file}) within "
                                      f"{cfg.start_timeout:.0f} s")
                 time.sleep(0.002)
-        agreed = self.warm_up()
-        agreed, top = self.iteration(0, agreed)
-        for i in range(1, cfg.iterations):
-            agreed, top = self.iteration(i, self.predict(agreed, top))
+        predicted, size = None, None
+        for i in range(cfg.iterations):
+            nxt, top, new_size = self.iteration(i, predicted)
+            # The next vector has this one's shape unless GradiVeQ just got its basis.
+            fitted_now = self.gvq is not None and i + 1 == cfg.gvq_fit_iterations
+            predicted = None if fitted_now else self.predict(nxt, top)
+            size = new_size
         if cfg.record_levels:
             np.savez(Path(cfg.output).with_suffix(".npz"), **self.levels_record)
-        self._emit(type="done", end=time.time())
+        self._emit(type="done", end=time.time(), last_values=size)
 
     def _emit(self, **record):
         self.out.write(json.dumps(record) + "\n")

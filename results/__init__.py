@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 
 ITERATION_COLUMNS = ["job", "worker", "iteration", "start", "end", "completion_s", "elements",
-                     "packets_sent", "packets_received", "bytes_sent", "bytes_received",
-                     "retransmissions", "duplicates", "clipped", "rel_error", "encode_s",
+                     "values", "compressed", "packets_sent", "packets_received", "bytes_sent", "bytes_received",
+                     "retransmissions", "duplicates", "send_errors", "clipped", "rel_error",
+                     "encode_s",
                      "decode_s", "rtt_median_s"]
 TIMESERIES_COLUMNS = ["time", "kind", "switch", "job", "interface", "slots_opened",
                       "slots_closed", "slots_in_use", "agg_packets", "retx_answered",
@@ -80,16 +81,6 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def _num(v):
-    if v in ("", None):
-        return None
-    try:
-        f = float(v)
-    except ValueError:
-        return v
-    return int(f) if f.is_integer() and "." not in str(v) else f
-
-
 def iteration_rows(agents: list[dict]) -> list[dict]:
     rows = []
     for a in agents:
@@ -129,13 +120,15 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
     end = max(r["end"] for r in mine)
     job_time = end - start
     elements = mine[0]["elements"]
-    chunks = -(-elements // (32 * job["lanes"]))
     aggregated = elements * len(complete)
     slots = [s for s in samples if int(s["job"]) == job["job_id"]
              and (aggregator is None or s["switch"] == aggregator)
              and start <= float(s["time"]) <= end]
     in_use = np.array([float(s["slots_in_use"]) for s in slots]) if slots else np.zeros(1)
-    held_bits = REGISTER_BITS_PER_SLOT * chunks
+    # Value bits a worker's chunks carry per register bit they occupy (tail padding
+    # included); with GradiVeQ the values are coefficients.
+    efficiency = [r["values"] * job["bits"] / (-(-r["values"] // (32 * job["lanes"]))
+                                               * REGISTER_BITS_PER_SLOT) for r in mine]
     out.update(
         iterations_done=len(complete),
         workers_reporting=len(workers),
@@ -150,7 +143,8 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
         slots_mean=float(in_use.mean()),
         slot_samples=len(slots),
         elements_per_register=job["lanes"],
-        register_bit_efficiency=elements * job["bits"] / held_bits,
+        register_bit_efficiency=float(np.mean(efficiency)),
+        values_per_iteration_mean=float(np.mean([r["values"] for r in mine])),
         rel_error_mean=float(np.mean([r["rel_error"] for r in mine])),
         rel_error_max=float(np.max([r["rel_error"] for r in mine])),
         retransmissions=int(sum(r["retransmissions"] for r in mine)),
@@ -204,6 +198,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "bits": cfg.job_bits(),
         "iterations": cfg.iterations,
         "trace": cfg.trace,
+        "compress": cfg.compress,
         "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},
         "startup_to_first_send_s": (first_send - meta["events"]["invoked"]
                                     if first_send else None),

@@ -132,7 +132,22 @@ def test_summary_agrees_with_the_iteration_table(tmp_path):
         assert job["rel_error_max"] == pytest.approx(max(float(r["rel_error"]) for r in mine))
         assert job["register_bit_efficiency"] == pytest.approx(
             elements * 2 / (-(-elements // (32 * job["lanes"])) * 1024))
+        assert all(int(r["values"]) == elements for r in mine)
     assert saved["startup_to_first_send_s"] > 0
+
+
+def test_gradiveq_aggregates_coefficients_exactly(tmp_path):
+    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[8],
+                                 iterations=3, compress="gradiveq", gvq_d=64, gvq_k=16)
+    assert summary["complete"], summary["errors"]
+    check_exact_aggregates(directory, summary)  # the switch summed coefficients exactly
+    rows = list(csv.DictReader(open(directory / "iterations.csv")))
+    elements = int(rows[0]["elements"])
+    for r in rows:
+        compressed = int(r["iteration"]) >= 1
+        assert (r["compressed"] == "True") == compressed
+        assert int(r["values"]) == (-(-elements // 64) * 16 if compressed else elements)
+        assert float(r["rel_error"]) < 1.0
 
 
 def leftovers(record_data: dict) -> list[str]:
