@@ -61,10 +61,9 @@ class RunRecord:
         self.save()
 
     def owner_alive(self) -> bool:
+        """Whether the process that made the record still runs."""
         try:
-            return psutil.pid_exists(self.data["owner"]) and \
-                psutil.Process(self.data["owner"]).is_running() and \
-                self.data["owner"] != os.getpid()
+            return psutil.Process(self.data["owner"]).is_running()
         except psutil.Error:
             return False
 
@@ -109,26 +108,19 @@ class RunRecord:
         self.path.unlink(missing_ok=True)
 
 
-def stale_records(directory: Path = RECORD_DIR) -> list[RunRecord]:
-    """Records of runs whose owner process is no longer alive."""
-    out = []
+def _records(directory: Path):
     for path in sorted(Path(directory).glob("*.json")):
         try:
-            rec = RunRecord.load(path)
+            yield RunRecord.load(path)
         except (OSError, ValueError, KeyError):
-            continue
-        if not rec.owner_alive():
-            out.append(rec)
-    return out
+            continue  # not a record of ours, or one being written
+
+
+def stale_records(directory: Path = RECORD_DIR) -> list[RunRecord]:
+    """Records of runs whose owner process is no longer alive."""
+    return [rec for rec in _records(directory) if not rec.owner_alive()]
 
 
 def live_records(directory: Path = RECORD_DIR) -> list[RunRecord]:
-    out = []
-    for path in sorted(Path(directory).glob("*.json")):
-        try:
-            rec = RunRecord.load(path)
-        except (OSError, ValueError, KeyError):
-            continue
-        if rec.owner_alive():
-            out.append(rec)
-    return out
+    """Records of runs still going (their owner process is alive)."""
+    return [rec for rec in _records(directory) if rec.owner_alive()]
