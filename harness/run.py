@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -60,6 +61,11 @@ class AgentProcess:
             except ValueError:
                 pass  # a line being written
         return out
+
+
+def _terminate(signum, frame):
+    """SIGTERM ends a run like Ctrl-C: torn down, results kept."""
+    raise KeyboardInterrupt
 
 
 def agent_env() -> dict:
@@ -124,6 +130,7 @@ class Run:
     # -- the run -------------------------------------------------------------------
     def execute(self) -> dict:
         cfg = self.cfg
+        signal.signal(signal.SIGTERM, _terminate)
         self.writer.write_config(cfg.to_yaml())
         self.record.save()
         try:
@@ -140,8 +147,13 @@ class Run:
             self.writer.note_error(f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            self._teardown()
-            summary = self._write_results()
+            # A second Ctrl-C must not cut the teardown short.
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                self._teardown()
+                summary = self._write_results()
+            finally:
+                signal.signal(signal.SIGINT, previous)
         return summary
 
     def _bring_up(self):
