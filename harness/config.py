@@ -30,7 +30,7 @@ class RunConfig:
     jobs: int = 2
     workers: int = 4
     bits: list[int] = field(default_factory=lambda: [4])  # one per job, or one for all
-    iterations: int = 4
+    iterations: int = 12  # all of the bundled digits-mlp trace
     slots: int = 32  # window per job: slots of the pool each job holds
     trace: str = "digits-mlp"
     trace_dirs: list[str] = field(default_factory=list)
