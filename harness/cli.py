@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import click

@@ -16,7 +16,7 @@ import threading
 from concurrent import futures
 
 import grpc
-from google.rpc import code_pb2, status_pb2
+from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from ..p4info import P4Info, decode, encode
