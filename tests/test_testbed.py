@@ -74,6 +74,19 @@ def test_star_four_workers_get_exact_aggregates(tmp_path):
         assert (directory / name).exists(), name
 
 
+def test_dumbbell_aggregates_across_the_bottleneck_and_reruns_from_its_config(tmp_path):
+    summary, directory = execute(tmp_path, topo="dumbbell", jobs=1, workers=4, bits=[1],
+                                 iterations=2)
+    assert summary["complete"], summary["errors"]
+    check_exact_aggregates(directory, summary)  # b = 1: sign lanes
+    links = summary["link_bytes"]
+    assert links["s1-eth3"]["bytes_sent"] > 0 and links["s2-eth3"]["bytes_sent"] > 0
+    again = RunConfig.from_yaml(directory / "config.yaml")
+    again.run_id = "again"
+    rerun = Run(again, echo=lambda *a, **k: None).execute()
+    assert rerun["complete"] and rerun["config"] == {**summary["config"], "run_id": "again"}
+
+
 def test_leafspine_two_jobs_exact_and_slot_usage(tmp_path):
     # Links of 1 Mbit/s keep each job busy long enough for the 50 ms switch samples.
     summary, directory = execute(tmp_path, topo="leafspine", jobs=2, workers=4,
