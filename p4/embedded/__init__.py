@@ -25,7 +25,7 @@ class EmbeddedSwitch:
             raise
 
     def _make_pipeline(self, p4info):
-        return Pipeline(p4info, tx=self.ports.send)
+        return Pipeline(p4info, tx=self.ports.send, port_tx=self.ports.port)
 
     def run(self):
         self.ports.run(self.device)
