@@ -314,3 +314,24 @@ def test_plain_ipv4_is_forwarded_by_lpm(sw):
     sw.hosts[1].send(Ether() / IP(src=int_to_ip(w0.ip), dst="10.9.9.9") / UDP())
     assert all(results(sw, port, timeout=0.3) == [] for port in range(1, 6))
     assert sw.counters("drops")[DROP_NO_ROUTE][0] == 1
+
+
+def test_entries_with_noaction_are_hits_that_admit_no_worker(sw):
+    """job_table / member_table entries with NoAction hit, leaving metadata at zero."""
+    job = add_job(sw, job_id=7)
+    w0 = job.workers[0]
+    sw.conn.insert("MyIngress.job_table", {"hdr.qaina.job_id": 8}, "NoAction")
+    sw.conn.insert("MyIngress.member_table", {"hdr.qaina.job_id": 8, "hdr.ipv4.srcAddr": w0.ip},
+                   "MyIngress.set_member", {"worker": 0})
+    sw.conn.insert("MyIngress.member_table",
+                   {"hdr.qaina.job_id": 7, "hdr.ipv4.srcAddr": ip_to_int("10.0.0.99")},
+                   "NoAction")
+    sw.hosts[1].send(contribution(w0, 8, range(32)))  # job 8 hits with n = 0: bad worker
+    sw.hosts[1].send(contribution(w0, 7, range(32), worker=1, src_ip="10.0.0.99"))
+    sw.hosts[1].send(contribution(w0, 7, range(32), worker=0, src_ip="10.0.0.99"))
+    assert all(results(sw, port, timeout=0.3) == [] for port in range(1, 6))
+    drops = sw.counters("drops")
+    assert drops[DROP_BAD_WORKER][0] == 2  # n = 0 for job 8; worker 1 is not index 0
+    assert drops[DROP_UNKNOWN_JOB][0] == 0 and drops[DROP_NON_MEMBER][0] == 0
+    # The NoAction member's worker index is 0: its contribution counts as worker 0's.
+    assert sw.counters("agg_packets")[0][0] == 1

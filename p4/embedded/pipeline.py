@@ -302,13 +302,14 @@ class Pipeline:
         elif name == "MyIngress.aggregator_addr":
             self._aggregator = {ip for (ip,), (action, _) in table.entries.items()}
         elif name == "MyIngress.job_table":
-            self._jobs = {job: params for (job,), (action, params) in table.entries.items()
-                          if action == "MyIngress.set_job"}
+            # An entry with NoAction is a hit that leaves the job's metadata at zero
+            # (no workers), as on BMv2: its packets fail the worker check.
+            self._jobs = {job: params if action == "MyIngress.set_job" else (0,) * 8
+                          for (job,), (action, params) in table.entries.items()}
             self._contributors = self._contributor_index()
         elif name == "MyIngress.member_table":
-            self._members = {(job, ip): params[0]
-                             for (job, ip), (action, params) in table.entries.items()
-                             if action == "MyIngress.set_member"}
+            self._members = {(job, ip): params[0] if action == "MyIngress.set_member" else 0
+                             for (job, ip), (action, params) in table.entries.items()}
             self._contributors = self._contributor_index()
         elif name == "MyEgress.result_rewrite":
             self._rewrite = {rid: (params[0].to_bytes(6, "big"), _ADDR.pack(params[1]), params[2])
