@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections import deque
 from functools import partial
 from pathlib import Path
@@ -19,7 +18,6 @@ from mininet.link import TCLink
 from mininet.net import Mininet
 from mininet.node import Switch
 
-from ..topologies.base import host_ip
 from .control import SwitchConnection
 from .linkloss import apply_loss, remove_table
 from .jobs import Job, Worker, ip_to_int, mac_to_int, program_aggregator, program_job
@@ -217,15 +215,3 @@ class Testbed:
             self.net = None
         if self.nft_loss:
             remove_table(self.loss_table)
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
-__all__ = ["QainaSwitch", "Testbed", "aggregator_ip", "aggregator_mac", "host_ip", "wait_for"]
