@@ -222,3 +222,25 @@ def test_clean_removes_exactly_what_a_crashed_run_recorded(tmp_path):
         theirs.kill()
         ours.kill()
         subprocess.run(["ip", "link", "del", "qcleantest0"], capture_output=True)
+
+
+def test_a_switch_that_dies_is_named_with_its_log_and_nothing_is_left(tmp_path, monkeypatch):
+    from qaina_bench.harness import targets
+    from qaina_bench.harness.targets import TargetError
+
+    def broken(self):
+        return [sys.executable, "-c", "import sys; print('bad switch build'); sys.exit(3)"]
+
+    monkeypatch.setattr(targets.EmbeddedTarget, "command", broken)
+    cfg = RunConfig(results_dir=str(tmp_path), topo="star", jobs=1, workers=2, iterations=1,
+                    run_id="dead-switch")
+    run = Run(cfg, echo=lambda *a, **k: None)
+    with pytest.raises(TargetError) as err:
+        run.execute()
+    message = str(err.value)
+    assert "s1" in message and "exited with code 3" in message
+    assert "s1.log" in message and "bad switch build" in message
+    summary = json.loads((tmp_path / "dead-switch" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["errors"]
+    assert not Path("/run/qaina-bench/dead-switch.json").exists()
+    assert not Path("/sys/class/net/s1-eth1").exists()
