@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..p4.embedded.pipeline import DROP_REASONS
+
 ITERATION_COLUMNS = ["job", "worker", "iteration", "start", "end", "completion_s", "elements",
                      "values", "compressed", "packets_sent", "packets_received", "bytes_sent", "bytes_received",
                      "retransmissions", "duplicates", "send_errors", "clipped", "rel_error",
@@ -37,7 +39,6 @@ TIMESERIES_COLUMNS = ["time", "kind", "switch", "job", "interface", "slots_opene
                       "packets_recv", "reason", "drops"]
 REGISTER_BITS_PER_SLOT = 32 * 32  # QAINA_WORDS 32-bit words
 
-from ..p4.embedded.pipeline import DROP_REASONS  # noqa: E402  (names of drop reasons)
 
 
 class ResultWriter:
