@@ -41,7 +41,8 @@ class SwitchProcess:
     kind = "?"
 
     def __init__(self, name: str, interfaces: dict[int, str], grpc_port: int,
-                 device_id: int, log_path: str | Path, cpu: int | None = None):
+                 device_id: int, log_path: str | Path, cpu: int | None = None,
+                 env: dict | None = None):
         self.name = name
         self.interfaces = dict(interfaces)
         self.grpc_port = grpc_port
@@ -49,6 +50,7 @@ class SwitchProcess:
         self.device_id = device_id
         self.log_path = Path(log_path)
         self.cpu = cpu
+        self.env = dict(env or {})  # added to this process's environment
         self.proc: subprocess.Popen | None = None
 
     def command(self) -> list[str]:
@@ -66,7 +68,8 @@ class SwitchProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         env={**os.environ, **self.env})
 
     def check_alive(self):
         if self.proc is None:

@@ -99,11 +99,15 @@ class SwitchLab:
     """A switch of one target on veth ports 1..n, programmed over P4Runtime."""
 
     def __init__(self, kind: str, n_ports: int, tmp_path):
+        """``kind``: "embedded", "embedded-sockets" (no PACKET_MMAP rings) or "bmv2"."""
         self.kind = kind
         self.veths = VethLab(n_ports)
-        self.target = make_target(kind, "s1", {i: sw for i, (sw, _) in self.veths.pairs.items()},
-                                  free_port(), 1, tmp_path / "s1.log",
-                                  **({"thrift_port": free_port()} if kind == "bmv2" else {}))
+        extra = {"thrift_port": free_port()} if kind == "bmv2" else {}
+        if kind == "embedded-sockets":
+            extra["env"] = {"QAINA_SWITCH_RINGS": "0"}
+        self.target = make_target(kind.split("-")[0], "s1",
+                                  {i: sw for i, (sw, _) in self.veths.pairs.items()},
+                                  free_port(), 1, tmp_path / "s1.log", **extra)
         self.conn = None
         self.hosts = {}
         try:
@@ -145,7 +149,7 @@ class SwitchLab:
         self.veths.remove()
 
 
-@pytest.fixture(scope="module", params=["embedded", "bmv2"])
+@pytest.fixture(scope="module", params=["embedded", "embedded-sockets", "bmv2"])
 def lab(request, tmp_path_factory):
     if not IS_ROOT:
         pytest.skip("needs root: veth pairs and raw sockets")
