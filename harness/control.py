@@ -9,13 +9,12 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from pathlib import Path
 
 import grpc
 from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from ..p4.p4info import P4INFO_PATH, P4Info, decode, encode
+from ..p4.p4info import P4Info, decode, encode
 
 _ACTION = p4runtime_pb2.SetForwardingPipelineConfigRequest
 
@@ -227,7 +226,3 @@ class SwitchConnection:
         entity = p4runtime_pb2.Entity()
         entity.table_entry.table_id = self.p4info.table(name).id
         return [e.table_entry for e in self._read(f"table {name}", entity)]
-
-
-def load_p4info(path: str | Path | None = None) -> P4Info:
-    return P4Info.load(path or P4INFO_PATH)

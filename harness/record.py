@@ -2,7 +2,7 @@
 
 A run keeps ``/run/qaina-bench/<run-id>.json`` up to date with the PIDs it started
 (each with the command line it had, so a reused PID is never mistaken for ours), the
-interfaces it created and its temporary files. ``qaina-bench clean`` reads the records
+interfaces it created and the nftables tables it added. ``qaina-bench clean`` reads the records
 of runs whose owner process is gone and removes exactly what they list.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -26,7 +25,7 @@ class RunRecord:
         self.run_id = run_id
         self.path = Path(directory) / f"{run_id}.json"
         self.data = {"run_id": run_id, "owner": os.getpid(), "processes": [],
-                     "interfaces": [], "paths": [], "created": time.time()}
+                     "interfaces": [], "nft_tables": [], "created": time.time()}
 
     @classmethod
     def load(cls, path: Path) -> "RunRecord":
@@ -55,10 +54,6 @@ class RunRecord:
     def add_interface(self, name: str):
         if name not in self.data["interfaces"]:
             self.data["interfaces"].append(name)
-
-    def add_path(self, path):
-        self.data["paths"].append(str(path))
-        self.save()
 
     def owner_alive(self) -> bool:
         """Whether the process that made the record still runs."""
@@ -92,14 +87,6 @@ class RunRecord:
                                  capture_output=True)
             if res.returncode == 0:
                 done.append(f"deleted nftables table {table}")
-        for path in self.data["paths"]:
-            p = Path(path)
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-                done.append(f"removed {p}")
-            elif p.exists():
-                p.unlink()
-                done.append(f"removed {p}")
         self.path.unlink(missing_ok=True)
         return done
 

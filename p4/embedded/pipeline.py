@@ -376,17 +376,6 @@ class Pipeline:
         self._replica_plans[mcast_grp] = (list(replicas), rewrites, result)
         return result
 
-    def reset_state(self):
-        """Registers and counters back to zero (a new pipeline config)."""
-        for arr in (self.agg_sum, self.agg_seen, self.agg_count, self.agg_exp):
-            arr[...] = 0
-        for arr in self.counters.values():
-            arr[...] = 0
-        for table in self.tables.values():
-            table.entries.clear()
-            table._changed()
-        self.mcast_groups.clear()
-
     # -- data plane --------------------------------------------------------------------
     def _bind_fast_views(self):
         """Scalar views of the register and counter arrays for the packet path.
