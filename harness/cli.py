@@ -67,6 +67,9 @@ def run_options(f):
         click.option("--run-id", help="name of the result set (default: time and setup)"),
         click.option("--timeout", type=float, default=DEFAULTS.timeout, show_default=True,
                      help="seconds before the run is stopped"),
+        click.option("--mode", type=click.Choice(["ina", "ring"]), default="ina",
+                     show_default=True, help="ina: aggregate in the switch; ring: host-based "
+                     "ring all-reduce over the same fabric (baseline)"),
         click.option("--compress", type=click.Choice(["none", "gradiveq"]), default="none",
                      show_default=True, help="GradiVeQ: aggregate PCA coefficients from "
                      "iteration 1 on"),

@@ -46,6 +46,7 @@ class RunConfig:
     sample_interval: float = 0.05
     timeout: float = 300.0
     record_levels: bool = False
+    mode: str = "ina"  # or "ring": host-based ring all-reduce over the same fabric
     compress: str = "none"  # or "gradiveq"
     gvq_d: int = 64
     gvq_k: int = 8
@@ -109,6 +110,8 @@ class RunConfig:
             raise ConfigError(f"--bw {self.bw}: link bandwidth in Mbit/s must be positive")
         if self.topo == "leafspine" and (self.spines < 1 or self.leaves < 1):
             raise ConfigError("a leaf-spine needs --spines >= 1 and --leaves >= 1")
+        if self.mode not in ("ina", "ring"):
+            raise ConfigError(f"--mode {self.mode!r}: use ina or ring")
         if self.compress not in ("none", "gradiveq"):
             raise ConfigError(f"--compress {self.compress!r}: use none or gradiveq")
         if not 1 <= self.gvq_k <= self.gvq_d:

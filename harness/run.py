@@ -27,7 +27,7 @@ from ..hosts.traces import find_trace
 from ..results import ResultWriter, summarise
 from ..topologies import TOPOLOGIES, LinkParams
 from .config import ConfigError, RunConfig
-from .jobs import Job, partition_slots
+from .jobs import Job, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
 from .network import Testbed, aggregator_ip
 from .record import RunRecord, live_records
@@ -174,7 +174,8 @@ class Run:
             workers = [self.testbed.worker(k, h, agg) for k, h in enumerate(hosts)]
             self.jobs.append(Job(j + 1, j, LaneFormat(bits, cfg.workers), bases[j],
                                  cfg.slots, workers))
-        self.testbed.program_jobs(agg, self.jobs)
+        if cfg.mode == "ina":
+            self.testbed.program_jobs(agg, self.jobs)
         self.aggregator = agg
         self.events["programmed"] = time.time()
         for job in self.jobs:
@@ -197,7 +198,8 @@ class Run:
                                    output=str(self.writer.dir / "agents" / f"{name}.jsonl"),
                                    seed=cfg.seed, headroom=cfg.headroom, start_file=str(go),
                                    record_levels=cfg.record_levels, compress=cfg.compress,
-                                   gvq_d=cfg.gvq_d, gvq_k=cfg.gvq_k)
+                                   gvq_d=cfg.gvq_d, gvq_k=cfg.gvq_k, mode=cfg.mode,
+                                   ring_peers=[int_to_ip(x.ip) for x in job.workers])
                 path = self.writer.dir / "agents" / f"{name}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 acfg.save(path)

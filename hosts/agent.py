@@ -27,6 +27,9 @@ aggregates the ``k`` coefficients of every ``d``-element slice instead of the sl
 the compression is linear, so the switch's sum of coefficients is the coefficients of
 the sum, which the agent decompresses.
 
+Ring mode (``mode="ring"``) is the host-based baseline: the same quantization and lanes,
+summed by ring all-reduce between the workers over the same fabric (``ring.py``).
+
 Run: ``python -m qaina_bench.hosts.agent CONFIG.json`` (the harness writes the config).
 """
 
@@ -48,6 +51,7 @@ from ..p4.header import (FLAG_RESULT, FLAG_RETX, FRAME_LEN, QAINA_LEN, QAINA_STR
                          QAINA_UDP_PORT, QAINA_WORDS)
 from .lanes import LaneFormat
 from .gradiveq import GradiVeQ
+from .ring import Ring, RingError
 from .quantize import EXP_MIN, Quantizer, chunk_exponents
 from .traces import TraceSet
 
@@ -81,6 +85,9 @@ class AgentConfig:
     start_timeout: float = 120.0
     record_levels: bool = False  # keep own levels and received sums (for verification)
     compress: str = "none"  # "none" or "gradiveq"
+    mode: str = "ina"  # "ina": through the switch; "ring": host-based ring all-reduce
+    ring_peers: list | None = None  # ring mode: the job's workers' addresses, in order
+    ring_port: int = 20802
     gvq_d: int = 64  # GradiVeQ slice length
     gvq_k: int = 8  # GradiVeQ coefficients per slice
     gvq_fit_iterations: int = 1  # uncompressed iterations whose aggregates fit the basis
@@ -104,6 +111,8 @@ class ExchangeStats:
     retransmissions: int = 0
     duplicates: int = 0
     send_errors: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
     first_send: float = 0.0
     rtts: list = field(default_factory=list)
 
@@ -139,6 +148,13 @@ class Agent:
         if cfg.compress not in ("none", "gradiveq"):
             raise AgentError(f"unknown compression {cfg.compress!r}: none or gradiveq")
         self.gvq = GradiVeQ(cfg.gvq_d, cfg.gvq_k) if cfg.compress == "gradiveq" else None
+        if cfg.mode not in ("ina", "ring"):
+            raise AgentError(f"unknown mode {cfg.mode!r}: ina or ring")
+        self.ring = None
+        if cfg.mode == "ring":
+            if not cfg.ring_peers or len(cfg.ring_peers) != cfg.workers:
+                raise AgentError("ring mode needs the addresses of all the job's workers")
+            self.ring = Ring(cfg.worker, [(a, cfg.ring_port) for a in cfg.ring_peers])
         self.fit_aggregates: list[np.ndarray] = []
         self.window = cfg.slots
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -325,6 +341,24 @@ class Agent:
         return (total, levels, sums, scale, agreed[C - P:], int(agreed.max()), stats,
                 encode[0], clipped)
 
+    def ring_aggregate(self, values: np.ndarray):
+        """``aggregate`` by ring all-reduce: a max all-reduce agrees every chunk's scale
+        exactly, then the packed words are summed with wrapping addition."""
+        n, ce = len(values), self.chunk_elems
+        stats = ExchangeStats(first_send=time.time())
+        sent0, received0 = self.ring.bytes_sent, self.ring.bytes_received
+        scale = self.ring.all_reduce(chunk_exponents(values, ce), np.maximum)
+        t = time.perf_counter()
+        levels = self.quantizer.quantize(values, scale, ce)
+        words = self.fmt.pack(levels, len(scale) * QAINA_WORDS)
+        encode_s = time.perf_counter() - t
+        self.ring.all_reduce(words, np.add)
+        sums = self.fmt.unpack_sum(words, n)
+        total = self.quantizer.dequantize_sum(sums, scale, ce)
+        stats.bytes_sent = self.ring.bytes_sent - sent0
+        stats.bytes_received = self.ring.bytes_received - received0
+        return total, levels, sums, scale, None, None, stats, encode_s, 0
+
     def iteration(self, i: int, predicted: np.ndarray | None):
         """Aggregate iteration ``i``, compressed once the GradiVeQ basis is fitted.
 
@@ -336,10 +370,14 @@ class Agent:
         compressed = self.gvq is not None and self.gvq.fitted
         values = self.gvq.compress(grad) if compressed else grad
         compress_s = time.perf_counter() - t0
-        if predicted is None:
-            predicted = self.warm_up(values)
-        (total, levels, sums, scale, nxt, top, stats, encode_s,
-         clipped) = self.aggregate(values, predicted)
+        if self.ring is not None:
+            (total, levels, sums, scale, nxt, top, stats, encode_s,
+             clipped) = self.ring_aggregate(values)
+        else:
+            if predicted is None:
+                predicted = self.warm_up(values)
+            (total, levels, sums, scale, nxt, top, stats, encode_s,
+             clipped) = self.aggregate(values, predicted)
         t1 = time.perf_counter()
         aggregate = self.gvq.decompress(total, self.elements) if compressed else total
         end = time.time()
@@ -360,8 +398,8 @@ class Agent:
                    completion_s=end - stats.first_send, elements=self.elements,
                    values=len(values), compressed=compressed, chunks=len(scale),
                    packets_sent=stats.packets_sent, packets_received=stats.packets_received,
-                   bytes_sent=stats.packets_sent * FRAME_LEN,
-                   bytes_received=stats.packets_received * FRAME_LEN,
+                   bytes_sent=stats.bytes_sent or stats.packets_sent * FRAME_LEN,
+                   bytes_received=stats.bytes_received or stats.packets_received * FRAME_LEN,
                    retransmissions=stats.retransmissions, duplicates=stats.duplicates,
                    send_errors=stats.send_errors, clipped=clipped, rel_error=err,
                    encode_s=encode_s + compress_s, decode_s=decode_s,
@@ -370,7 +408,9 @@ class Agent:
 
     def run(self):
         cfg = self.cfg
-        self._emit(type="start", job_id=cfg.job_id, worker=cfg.worker, bits=cfg.bits,
+        if self.ring is not None:
+            self.ring.connect(timeout=cfg.start_timeout)
+        self._emit(type="start", mode=cfg.mode, job_id=cfg.job_id, worker=cfg.worker, bits=cfg.bits,
                    lanes=self.fmt.lanes, lane_width=self.fmt.width, elements=self.elements,
                    window=self.window, trace=self.trace.name, compress=cfg.compress)
         if cfg.start_file:
@@ -385,7 +425,7 @@ class Agent:
             nxt, top, new_size = self.iteration(i, predicted)
             # The next vector has this one's shape unless GradiVeQ just got its basis.
             fitted_now = self.gvq is not None and i + 1 == cfg.gvq_fit_iterations
-            predicted = None if fitted_now else self.predict(nxt, top)
+            predicted = None if fitted_now or self.ring else self.predict(nxt, top)
             size = new_size
         if cfg.record_levels:
             np.savez(Path(cfg.output).with_suffix(".npz"), **self.levels_record)
@@ -396,6 +436,8 @@ class Agent:
 
     def close(self):
         self.sock.close()
+        if self.ring is not None:
+            self.ring.close()
         self.out.close()
 
 
@@ -417,7 +459,7 @@ def main(argv=None) -> int:
         return 2
     try:
         agent.run()
-    except AgentError as exc:
+    except (AgentError, RingError) as exc:
         agent._emit(type="error", message=str(exc), end=time.time())
         print(f"agent {cfg.job_id}/{cfg.worker}: {exc}", file=sys.stderr)
         return 1

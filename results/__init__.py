@@ -200,6 +200,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "iterations": cfg.iterations,
         "trace": cfg.trace,
         "compress": cfg.compress,
+        "mode": cfg.mode,
         "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},
         "startup_to_first_send_s": (first_send - meta["events"]["invoked"]
                                     if first_send else None),

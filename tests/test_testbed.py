@@ -163,6 +163,21 @@ def test_gradiveq_aggregates_coefficients_exactly(tmp_path):
         assert float(r["rel_error"]) < 1.0
 
 
+def test_ring_all_reduce_baseline_is_exact_over_the_same_fabric(tmp_path):
+    summary, directory = execute(tmp_path, topo="leafspine", jobs=1, workers=4, bits=[4],
+                                 iterations=2, mode="ring")
+    assert summary["complete"], summary["errors"]
+    assert summary["mode"] == "ring"
+    check_exact_aggregates(directory, summary)
+    job = summary["jobs"][0]
+    assert job["slots_peak"] == 0  # the switches only routed
+    assert job["bytes_sent"] > 0 and job["clipped_elements"] == 0
+    # Every worker moves 2 (n - 1) / n of the packed words, plus the exponents.
+    words = 4 * 32 * -(-job["elements_per_iteration"] // 160)
+    rows = list(csv.DictReader(open(directory / "iterations.csv")))
+    assert all(int(r["bytes_sent"]) >= 2 * 3 / 4 * words for r in rows)
+
+
 def leftovers(record_data: dict) -> list[str]:
     left = [f"interface {n}" for n in record_data["interfaces"]
             if Path(f"/sys/class/net/{n}").exists()]
