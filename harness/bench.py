@@ -150,12 +150,12 @@ def switch_bench(bits: int, rate: float, seconds: float, workdir: Path) -> dict:
 
 
 def testbed_bench(topo: str, bits: int, bw: float | None, iterations: int, workdir: Path,
-                  jobs: int) -> dict:
+                  jobs: int, mode: str = "ina") -> dict:
     """One ``up`` run; returns its summary."""
     from .config import RunConfig
     from .run import Run
     cfg = RunConfig(topo=topo, jobs=jobs, workers=4, bits=[bits], iterations=iterations,
-                    bw=bw, results_dir=str(workdir))
+                    bw=bw, results_dir=str(workdir), mode=mode)
     return Run(cfg, echo=lambda *a, **k: None).execute()
 
 
@@ -167,7 +167,8 @@ def main(argv=None) -> int:
     sw.add_argument("--rate", type=float, action="append",
                     help="offered contributions/s (repeatable; default a sweep)")
     sw.add_argument("--seconds", type=float, default=4.0)
-    tb = sub.add_parser("testbed", help="elements/s of b=4 against b=32 on real topologies")
+    tb = sub.add_parser("testbed", help="elements/s of b=4 against b=32 and against a ring "
+                                        "all-reduce, on real topologies")
     tb.add_argument("--bw", type=float, default=1.0, help="link Mbit/s (links the bottleneck)")
     tb.add_argument("--iterations", type=int, default=6)
     args = ap.parse_args(argv)
@@ -175,21 +176,25 @@ def main(argv=None) -> int:
         ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
     if args.what == "testbed":
         print(f"links {args.bw} Mbit/s, 4 workers per job, {args.iterations} iterations")
-        print(f"{'topology':>10} {'jobs':>4} {'bits':>4} {'Melem/s':>9} {'iter ms':>8} "
-              f"{'p99 ms':>7} {'up->first pkt s':>15}")
+        print(f"{'topology':>10} {'jobs':>4} {'mode':>4} {'bits':>4} {'Melem/s':>9} "
+              f"{'iter ms':>8} {'p99 ms':>7} {'up->first pkt s':>15}")
         with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
             for topo, jobs in (("star", 1), ("leafspine", 2)):
                 rates = {}
-                for bits in (4, 32):
-                    s = testbed_bench(topo, bits, args.bw, args.iterations, Path(tmp), jobs)
+                for mode, bits in (("ina", 4), ("ina", 32), ("ring", 4)):
+                    s = testbed_bench(topo, bits, args.bw, args.iterations, Path(tmp), jobs,
+                                      mode)
                     for j in s["jobs"]:
-                        rates.setdefault(bits, []).append(j["elements_per_s"])
-                        print(f"{topo:>10} {jobs:>4} {bits:>4} {j['elements_per_s'] / 1e6:>9.4f} "
+                        rates.setdefault((mode, bits), []).append(j["elements_per_s"])
+                        print(f"{topo:>10} {jobs:>4} {mode:>4} {bits:>4} "
+                              f"{j['elements_per_s'] / 1e6:>9.4f} "
                               f"{1e3 * j['iteration_completion_mean_s']:>8.1f} "
                               f"{1e3 * j['iteration_completion_p99_s']:>7.1f} "
                               f"{s['startup_to_first_send_s']:>15.2f}", flush=True)
-                ratio = sum(rates[4]) / sum(rates[32])
-                print(f"{topo:>10}: b=4 moves {ratio:.1f}x the elements/s of b=32")
+                total = {key: sum(v) for key, v in rates.items()}
+                print(f"{topo:>10}: in the switch, b=4 moves "
+                      f"{total['ina', 4] / total['ina', 32]:.1f}x the elements/s of b=32 and "
+                      f"{total['ina', 4] / total['ring', 4]:.1f}x those of a b=4 ring all-reduce")
         return 0
     rates = args.rate or [50_000, 80_000, 100_000, 120_000, 150_000]
     print(f"{'bits':>4} {'m':>2} {'offered pps':>12} {'aggregated pps':>15} {'agg %':>6} "
