@@ -15,8 +15,8 @@ import yaml
 from ..hosts.lanes import BIT_WIDTHS, LaneError, LaneFormat
 from ..hosts.traces import TraceError, find_trace, TraceSet
 from ..topologies import TOPOLOGIES
-from .jobs import MAX_JOBS, POOL_SLOTS
-from .targets import TARGETS, bmv2_missing
+from ..p4.constants import MAX_JOBS, POOL_SLOTS
+from .targets import TARGETS, bmv2_missing, toolchain
 
 
 class ConfigError(ValueError):
@@ -46,6 +46,7 @@ class RunConfig:
     sample_interval: float = 0.05
     timeout: float = 300.0
     record_levels: bool = False
+    switch_log: bool = False  # BMv2: log every packet (slows it down several times)
     mode: str = "ina"  # or "ring": host-based ring all-reduce over the same fabric
     compress: str = "none"  # or "gradiveq"
     gvq_d: int = 64
@@ -148,7 +149,10 @@ def check_system() -> list[tuple[str, bool, str]]:
         ("ethtool", shutil.which("ethtool") is not None, "apt-get install ethtool"),
         ("ping", shutil.which("ping") is not None, "apt-get install iputils-ping"),
     ]
-    reason = bmv2_missing()
-    checks.append(("BMv2 simple_switch_grpc and p4c (optional)", reason is None,
-                   reason or ""))
+    for tool, found in toolchain().items():
+        what = f"{tool} (optional, --target bmv2)"
+        if found["path"]:
+            what += f": {found['version'] or 'version unknown'} at {found['path']}"
+        checks.append((what, found["path"] is not None,
+                       "not on PATH: vagrant up gives a VM with BMv2 and p4c; see README"))
     return checks

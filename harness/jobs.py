@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hosts.lanes import LaneFormat
-
-POOL_SLOTS = 1024  # qaina.p4: POOL_SLOTS (checked against the P4Info register sizes)
-MAX_JOBS = 16  # qaina.p4: MAX_JOBS, the size of job_table and of the per-job counters
+from ..p4.constants import MAX_JOBS, MAX_WORKERS, POOL_SLOTS
 
 
 @dataclass(frozen=True)
@@ -21,7 +19,7 @@ class Worker:
     index: int
     ip: int  # IPv4 address as int
     mac: int  # 48-bit MAC as int
-    port: int  # egress port of the aggregating switch towards this worker
+    port: int  # the aggregating switch's port towards this worker (both ways)
 
 
 @dataclass
@@ -74,9 +72,13 @@ def program_aggregator(conn, address: int):
 
 
 def program_job(conn, job: Job):
-    """Install ``job`` on its aggregating switch: job table, members, PRE, rewrites."""
+    """Install ``job`` on its aggregating switch: job table, members (each bound to the
+    port its packets arrive on), PRE, rewrites."""
     if job.index >= MAX_JOBS:
         raise ValueError(f"job index {job.index}: the switch holds {MAX_JOBS} jobs")
+    if len(job.workers) > MAX_WORKERS:
+        raise ValueError(f"job {job.job_id} has {len(job.workers)} workers; the switch "
+                         f"aggregates at most {MAX_WORKERS} per job")
     if len(job.workers) != job.fmt.workers:
         raise ValueError(f"job {job.job_id} has {len(job.workers)} workers, "
                          f"its format says {job.fmt.workers}")
@@ -88,7 +90,7 @@ def program_job(conn, job: Job):
     for w in job.workers:
         entries.append(("MyIngress.member_table",
                         {"hdr.qaina.job_id": job.job_id, "hdr.ipv4.srcAddr": w.ip},
-                        "MyIngress.set_member", {"worker": w.index}))
+                        "MyIngress.set_member", {"worker": w.index, "port": w.port}))
         entries.append(("MyEgress.result_rewrite",
                         {"standard_metadata.egress_rid": job.rid(w.index)},
                         "MyEgress.to_worker", {"mac": w.mac, "ip": w.ip, "worker": w.index}))

@@ -21,6 +21,7 @@
 #define POOL_COPIES 2048                /* POOL_SLOTS * 2 copies                      */
 #define POOL_WORDS 65536                /* POOL_COPIES * QAINA_WORDS                  */
 #define MAX_JOBS 16
+#define MAX_WORKERS 32                  /* agg_seen has one bit per worker            */
 #define DROP_REASONS 16
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
@@ -42,6 +43,9 @@ const bit<32> DROP_NON_MEMBER = 5;      /* source address not a worker of the jo
 const bit<32> DROP_BAD_WORKER = 6;      /* worker index not the member's, or >= n     */
 const bit<32> DROP_BAD_SLOT = 7;        /* slot outside the job's range or the pool   */
 const bit<32> DROP_DUPLICATE = 8;       /* contribution already counted, slot pending */
+const bit<32> DROP_BAD_JOB = 9;         /* job entry out of range: job_index, n_workers */
+const bit<32> DROP_WRONG_PORT = 10;     /* member's address on another ingress port   */
+const bit<32> DROP_INTERNAL = 15;       /* embedded switch only: processing failed    */
 
 typedef bit<9>  port_t;
 typedef bit<48> mac_t;
@@ -115,6 +119,7 @@ struct metadata_t {
     bit<8>  lane_width;
     bit<8>  lanes;
     bit<8>  member_worker;  /* worker index of the source address                   */
+    port_t  member_port;    /* the port the member's packets arrive on              */
     bit<1>  is_result;      /* leaves as an aggregation result (counted at egress)  */
 }
 
@@ -130,8 +135,10 @@ parser MyParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
     }
     state parse_ipv4 {
         packet.extract(hdr.ipv4);
-        transition select(hdr.ipv4.ihl, hdr.ipv4.fragOffset, hdr.ipv4.protocol) {
-            (4w5, 13w0, IP_PROTO_UDP): parse_udp;
+        /* Only whole datagrams: no options, not a fragment (MF clear, offset 0). */
+        transition select(hdr.ipv4.ihl, hdr.ipv4.flags, hdr.ipv4.fragOffset,
+                          hdr.ipv4.protocol) {
+            (4w5, 3w0 &&& 3w1, 13w0, IP_PROTO_UDP): parse_udp;
             default: accept;
         }
     }
@@ -181,7 +188,7 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
     @id(4) counter(MAX_JOBS, CounterType.packets_and_bytes) retx_answered;
     @id(5) counter(DROP_REASONS, CounterType.packets_and_bytes) drops;
 
-    action drop_for(bit<32> reason) {
+    @hidden action drop_for(bit<32> reason) {
         drops.count(reason);
         mark_to_drop(standard_metadata);
     }
@@ -210,8 +217,9 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
         meta.lanes = lanes;
     }
 
-    @id(5) action set_member(bit<8> worker) {
+    @id(5) action set_member(bit<8> worker, port_t port) {
         meta.member_worker = worker;
+        meta.member_port = port;
     }
 
     @id(1) table ipv4_lpm {
@@ -247,21 +255,21 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
     }
 
     /* A result leaves from the aggregator's address, with a fresh TTL. */
-    action result_from_aggregator() {
+    @hidden action result_from_aggregator() {
         hdr.qaina.flags = FLAG_RESULT;
         hdr.ipv4.ttl = RESULT_TTL;
         hdr.udp.checksum = 0;
         meta.is_result = 1;
     }
 
-    action result_to_all() {
+    @hidden action result_to_all() {
         result_from_aggregator();
         hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
         hdr.ipv4.srcAddr = hdr.ipv4.dstAddr;
         standard_metadata.mcast_grp = meta.mcast_grp;
     }
 
-    action result_to_sender() {
+    @hidden action result_to_sender() {
         result_from_aggregator();
         mac_t mac = hdr.ethernet.dstAddr;
         hdr.ethernet.dstAddr = hdr.ethernet.srcAddr;
@@ -296,8 +304,18 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
             drop_for(DROP_UNKNOWN_JOB);
             return;
         }
+        /* The control plane may write any value the P4Info allows: never index a
+           counter past MAX_JOBS, never shift a worker bit past the 32-bit bitmap. */
+        if (meta.job_index >= MAX_JOBS || meta.n_workers > MAX_WORKERS) {
+            drop_for(DROP_BAD_JOB);
+            return;
+        }
         if (!member_table.apply().hit) {
             drop_for(DROP_NON_MEMBER);
+            return;
+        }
+        if (standard_metadata.ingress_port != meta.member_port) {
+            drop_for(DROP_WRONG_PORT);
             return;
         }
         if (hdr.qaina.worker != meta.member_worker || hdr.qaina.worker >= meta.n_workers) {

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..p4.embedded.pipeline import DROP_REASONS
+from ..p4.constants import DROP_NAMES, REGISTER_BITS_PER_SLOT
+from ..p4.header import QAINA_WORDS
 
 ITERATION_COLUMNS = ["job", "worker", "iteration", "start", "end", "completion_s", "elements",
                      "values", "compressed", "packets_sent", "packets_received", "bytes_sent", "bytes_received",
@@ -37,8 +38,6 @@ TIMESERIES_COLUMNS = ["time", "kind", "switch", "job", "interface", "slots_opene
                       "slots_closed", "slots_in_use", "agg_packets", "retx_answered",
                       "results_sent", "bytes_sent", "bytes_recv", "packets_sent",
                       "packets_recv", "reason", "drops"]
-REGISTER_BITS_PER_SLOT = 32 * 32  # QAINA_WORDS 32-bit words
-
 
 
 class ResultWriter:
@@ -69,7 +68,7 @@ class ResultWriter:
         for reason, count in sorted(drops.items()):
             if count:
                 self._ts_writer.writerow({"time": t, "kind": "drops", "switch": switch,
-                                          "reason": DROP_REASONS.get(reason, str(reason)),
+                                          "reason": DROP_NAMES.get(reason, str(reason)),
                                           "drops": count})
 
     def close(self):
@@ -128,7 +127,7 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
     in_use = np.array([float(s["slots_in_use"]) for s in slots]) if slots else np.zeros(1)
     # Value bits a worker's chunks carry per register bit they occupy (tail padding
     # included); with GradiVeQ the values are coefficients.
-    efficiency = [r["values"] * job["bits"] / (-(-r["values"] // (32 * job["lanes"]))
+    efficiency = [r["values"] * job["bits"] / (-(-r["values"] // (QAINA_WORDS * job["lanes"]))
                                                * REGISTER_BITS_PER_SLOT) for r in mine]
     out.update(
         iterations_done=len(complete),
@@ -192,6 +191,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "status": meta["status"],
         "complete": meta["status"] == "complete",
         "target": cfg.target,
+        "switch_program": meta.get("switch_program", {"target": cfg.target}),
         "topology": cfg.topo,
         "aggregator": meta.get("aggregator"),
         "jobs_count": cfg.jobs,

@@ -9,6 +9,7 @@ Ports 1..4 face the workers, port 5 another host.
 from __future__ import annotations
 
 import random
+import struct
 
 import numpy as np
 import pytest
@@ -19,10 +20,7 @@ from scapy.utils import checksum
 from qaina_bench.harness.jobs import (Job, Worker, int_to_ip, ip_to_int, mac_to_int,
                                       program_aggregator, program_job, program_route)
 from qaina_bench.hosts.lanes import LaneFormat
-from qaina_bench.p4.embedded.pipeline import (DROP_BAD_FLAGS, DROP_BAD_SLOT, DROP_BAD_WORKER,
-                                              DROP_DUPLICATE, DROP_MALFORMED, DROP_NO_ROUTE,
-                                              DROP_NON_MEMBER, DROP_NOT_IPV4,
-                                              DROP_UNKNOWN_JOB)
+from qaina_bench.p4.constants import Drop
 from qaina_bench.p4.header import (FLAG_RESULT, FLAG_RETX, QAINA_UDP_PORT, QAINA_WORDS,
                                    scapy_layer)
 
@@ -158,7 +156,7 @@ def test_duplicate_contribution_is_not_added_twice(sw):
         got = results(sw, w.port, count=1)
         assert len(got) == 1
         check_result(got[0], job, w, wrapping_sum(words))
-    assert sw.counters("drops")[DROP_DUPLICATE][0] == 1
+    assert sw.counters("drops")[Drop.DUPLICATE][0] == 1
     assert sw.counters("agg_packets")[0][0] == 4
 
 
@@ -224,14 +222,29 @@ def test_two_jobs_in_disjoint_slot_ranges_do_not_disturb_each_other(sw):
             check_result(got[0], job, w, wrapping_sum(words))
     # A job cannot reach into the other job's range.
     send(sw, job_a, 0, wa[0], slot=5)
-    assert sw.counters("drops")[DROP_BAD_SLOT][0] == 1
+    assert sw.counters("drops")[Drop.BAD_SLOT][0] == 1
     for index in (0, 1):
         assert sw.counters("slots_closed")[index][0] == 1
         assert sw.counters("results_sent")[index][0] == 2
 
 
+def fragment(pkt, more: bool, offset: int):
+    """``pkt`` as an IPv4 fragment (MF flag, offset in 8-byte units), length kept."""
+    frag = pkt.copy()
+    frag[IP].flags = "MF" if more else 0
+    frag[IP].frag = offset
+    return frag
+
+
+def vlan_tagged(pkt, tpid: int, vid: int = 5) -> bytes:
+    """``pkt`` with a VLAN tag (TPID ``tpid``) after the MAC addresses."""
+    raw = bytes(pkt)
+    return raw[:12] + struct.pack("!HH", tpid, vid) + raw[12:]
+
+
 def bad_packets(job: Job):
-    """(name, frame, drop reason) for every kind of packet the switch must refuse."""
+    """(name, frame, drop reason[, port]) for every kind of packet the switch must
+    refuse; sent from port 1 unless a port is given."""
     w0, w1 = job.workers[0], job.workers[1]
     good = contribution(w0, job.job_id, range(32), slot=1)
     raw = bytes(good)
@@ -241,27 +254,33 @@ def bad_packets(job: Job):
     base = Ether(src=mac(w0.mac), dst=AGG_MAC) / IP(src=int_to_ip(w0.ip), dst=AGG_IP)
     udp = UDP(sport=QAINA_UDP_PORT, dport=QAINA_UDP_PORT)
     return [
-        ("random bytes", junk, DROP_NOT_IPV4),
-        ("arp", Ether(src=mac(w0.mac), dst="ff:ff:ff:ff:ff:ff") / ARP(pdst=AGG_IP), DROP_NOT_IPV4),
-        ("truncated ipv4", raw[:30], DROP_NOT_IPV4),
-        ("random udp payload", base / udp / junk[:37], DROP_MALFORMED),
-        ("truncated header", base / udp / raw[42:48], DROP_MALFORMED),
-        ("truncated payload", base / udp / raw[42:42 + 12 + 64], DROP_MALFORMED),
-        ("trailing bytes", base / udp / (raw[42:] + b"\0\0\0\0"), DROP_MALFORMED),
-        ("not udp", base / TCP(dport=QAINA_UDP_PORT) / raw[42:], DROP_MALFORMED),
-        ("other udp port", base / UDP(sport=1, dport=4000) / raw[42:], DROP_MALFORMED),
-        ("result flag", contribution(w0, job.job_id, range(32), flags=FLAG_RESULT), DROP_BAD_FLAGS),
-        ("bad version", contribution(w0, job.job_id, range(32), ver=2), DROP_BAD_FLAGS),
-        ("wrong job", contribution(w0, job.job_id + 1, range(32)), DROP_UNKNOWN_JOB),
+        ("random bytes", junk, Drop.NOT_IPV4),
+        ("arp", Ether(src=mac(w0.mac), dst="ff:ff:ff:ff:ff:ff") / ARP(pdst=AGG_IP), Drop.NOT_IPV4),
+        ("truncated ipv4", raw[:30], Drop.NOT_IPV4),
+        ("random udp payload", base / udp / junk[:37], Drop.MALFORMED),
+        ("truncated header", base / udp / raw[42:48], Drop.MALFORMED),
+        ("truncated payload", base / udp / raw[42:42 + 12 + 64], Drop.MALFORMED),
+        ("trailing bytes", base / udp / (raw[42:] + b"\0\0\0\0"), Drop.MALFORMED),
+        ("not udp", base / TCP(dport=QAINA_UDP_PORT) / raw[42:], Drop.MALFORMED),
+        ("other udp port", base / UDP(sport=1, dport=4000) / raw[42:], Drop.MALFORMED),
+        ("result flag", contribution(w0, job.job_id, range(32), flags=FLAG_RESULT), Drop.BAD_FLAGS),
+        ("bad version", contribution(w0, job.job_id, range(32), ver=2), Drop.BAD_FLAGS),
+        ("wrong job", contribution(w0, job.job_id + 1, range(32)), Drop.UNKNOWN_JOB),
         ("spoofed source", contribution(w0, job.job_id, range(32), src_ip="10.0.0.99"),
-         DROP_NON_MEMBER),
+         Drop.NON_MEMBER),
         ("other member's index", contribution(w0, job.job_id, range(32), worker=1),
-         DROP_BAD_WORKER),
-        ("index beyond job", contribution(w1, job.job_id, range(32), worker=9,
-                                          src_ip=int_to_ip(w1.ip)), DROP_BAD_WORKER),
-        ("slot after range", contribution(w0, job.job_id, range(32), slot=8), DROP_BAD_SLOT),
-        ("slot below range", contribution(w0, job.job_id, range(32), slot=1), DROP_BAD_SLOT),
-        ("slot beyond pool", contribution(w0, job.job_id, range(32), slot=60000), DROP_BAD_SLOT),
+         Drop.BAD_WORKER),
+        ("index beyond job", contribution(w1, job.job_id, range(32), worker=9),
+         Drop.BAD_WORKER, w1.port),
+        ("member's address, other port", contribution(w1, job.job_id, range(32), slot=3),
+         Drop.WRONG_PORT),
+        ("first fragment", fragment(good, more=True, offset=0), Drop.MALFORMED),
+        ("later fragment", fragment(good, more=False, offset=8), Drop.MALFORMED),
+        ("802.1Q tagged", vlan_tagged(good, 0x8100), Drop.NOT_IPV4),
+        ("802.1ad tagged", vlan_tagged(good, 0x88A8), Drop.NOT_IPV4),
+        ("slot after range", contribution(w0, job.job_id, range(32), slot=8), Drop.BAD_SLOT),
+        ("slot below range", contribution(w0, job.job_id, range(32), slot=1), Drop.BAD_SLOT),
+        ("slot beyond pool", contribution(w0, job.job_id, range(32), slot=60000), Drop.BAD_SLOT),
     ]
 
 
@@ -274,8 +293,8 @@ def test_bad_packets_are_dropped_counted_and_never_touch_a_register(sw):
     before = sw.registers()
     cases = bad_packets(job)
     expected = {}
-    for name, frame, reason in cases:
-        sw.hosts[1].send(frame)
+    for name, frame, reason, *port in cases:
+        sw.hosts[port[0] if port else 1].send(frame)
         expected[reason] = expected.get(reason, 0) + 1
     assert all(results(sw, port, timeout=0.3) == [] for port in range(1, 6))
     after = sw.registers()
@@ -313,25 +332,78 @@ def test_plain_ipv4_is_forwarded_by_lpm(sw):
     # No route: dropped and counted.
     sw.hosts[1].send(Ether() / IP(src=int_to_ip(w0.ip), dst="10.9.9.9") / UDP())
     assert all(results(sw, port, timeout=0.3) == [] for port in range(1, 6))
-    assert sw.counters("drops")[DROP_NO_ROUTE][0] == 1
+    assert sw.counters("drops")[Drop.NO_ROUTE][0] == 1
 
 
 def test_entries_with_noaction_are_hits_that_admit_no_worker(sw):
-    """job_table / member_table entries with NoAction hit, leaving metadata at zero."""
+    """job_table / member_table entries with NoAction hit, leaving metadata at zero:
+    a job without workers, a member with index 0 bound to port 0 (no port here)."""
     job = add_job(sw, job_id=7)
     w0 = job.workers[0]
     sw.conn.insert("MyIngress.job_table", {"hdr.qaina.job_id": 8}, "NoAction")
     sw.conn.insert("MyIngress.member_table", {"hdr.qaina.job_id": 8, "hdr.ipv4.srcAddr": w0.ip},
-                   "MyIngress.set_member", {"worker": 0})
+                   "MyIngress.set_member", {"worker": 0, "port": w0.port})
     sw.conn.insert("MyIngress.member_table",
                    {"hdr.qaina.job_id": 7, "hdr.ipv4.srcAddr": ip_to_int("10.0.0.99")},
                    "NoAction")
     sw.hosts[1].send(contribution(w0, 8, range(32)))  # job 8 hits with n = 0: bad worker
-    sw.hosts[1].send(contribution(w0, 7, range(32), worker=1, src_ip="10.0.0.99"))
     sw.hosts[1].send(contribution(w0, 7, range(32), worker=0, src_ip="10.0.0.99"))
     assert all(results(sw, port, timeout=0.3) == [] for port in range(1, 6))
     drops = sw.counters("drops")
-    assert drops[DROP_BAD_WORKER][0] == 2  # n = 0 for job 8; worker 1 is not index 0
-    assert drops[DROP_UNKNOWN_JOB][0] == 0 and drops[DROP_NON_MEMBER][0] == 0
-    # The NoAction member's worker index is 0: its contribution counts as worker 0's.
-    assert sw.counters("agg_packets")[0][0] == 1
+    assert drops[Drop.BAD_WORKER][0] == 1
+    assert drops[Drop.WRONG_PORT][0] == 1  # the NoAction member's port is 0
+    assert drops[Drop.UNKNOWN_JOB][0] == 0 and drops[Drop.NON_MEMBER][0] == 0
+    assert sw.counters("agg_packets")[0][0] == 0
+
+
+def test_a_member_address_from_another_port_cannot_touch_the_job(sw):
+    """A host on port 3 claiming worker 0's address: its contribution is not added, it
+    cannot pull the stored result of a completed slot, and it cannot stall the
+    slot's other copy."""
+    job = add_job(sw)
+    w0 = job.workers[0]
+    rng = np.random.default_rng(8)
+    forged = job.fmt.pack(rng.integers(-7, 8, 32 * job.fmt.lanes))
+    sw.hosts[3].send(contribution(w0, job.job_id, forged, slot=0))
+    _, words = one_round(sw, job, rng, slot=0)
+    for w in job.workers:
+        got = results(sw, w.port, count=1)
+        assert len(got) == 1
+        check_result(got[0], job, w, wrapping_sum(words))
+    sw.hosts[3].send(contribution(w0, job.job_id, words[0], slot=0, flags=FLAG_RETX))
+    sw.hosts[3].send(contribution(w0, job.job_id, forged, slot=0, ver=1))
+    assert results(sw, 3, timeout=0.3) == []
+    _, words = one_round(sw, job, rng, slot=0, ver=1, seq=1)
+    for w in job.workers:
+        got = results(sw, w.port, count=1)
+        assert len(got) == 1
+        check_result(got[0], job, w, wrapping_sum(words), seq=1)
+    assert sw.counters("drops")[Drop.WRONG_PORT][0] == 3
+    assert sw.counters("agg_packets")[0][0] == 8
+
+
+@pytest.mark.parametrize("field,value,member_index", [("job_index", 200, 0),
+                                                     ("n_workers", 40, 35)])
+def test_job_entries_out_of_range_drop_their_packets(sw, field, value, member_index):
+    """Any value the P4Info allows may be written; a job whose counter index or worker
+    count the program cannot hold drops its packets (bad_job) and nothing breaks."""
+    w0 = WORKERS[0]
+    params = dict(job_index=0, n_workers=4, slot_base=0, slot_count=8, mcast_grp=1, bits=4,
+                  lane_width=6, lanes=5)
+    params[field] = value
+    sw.conn.insert("MyIngress.job_table", {"hdr.qaina.job_id": 5}, "MyIngress.set_job", params)
+    sw.conn.insert("MyIngress.member_table", {"hdr.qaina.job_id": 5, "hdr.ipv4.srcAddr": w0.ip},
+                   "MyIngress.set_member", {"worker": member_index, "port": w0.port})
+    before = sw.registers()
+    sw.hosts[1].send(contribution(w0, 5, range(32), worker=member_index))
+    sw.hosts[1].send(contribution(w0, 5, range(32), worker=member_index, src_ip="10.0.0.99"))
+    assert all(results(sw, port, timeout=0.3) == [] for port in range(1, 6))
+    assert sw.counters("drops")[Drop.BAD_JOB][0] == 2
+    assert sw.registers() == before
+    # The switch goes on aggregating for a job in range.
+    job = add_job(sw, job_id=7, index=1)
+    _, words = one_round(sw, job, np.random.default_rng(9), slot=1)
+    for w in job.workers:
+        got = results(sw, w.port, count=1)
+        assert len(got) == 1
+        check_result(got[0], job, w, wrapping_sum(words))

@@ -23,23 +23,13 @@ import numpy as np
 
 from ..header import (FLAG_RESULT, FLAG_RETX, IPV4_TOTAL_LEN, QAINA_OFFSET, QAINA_STRUCT,
                       QAINA_UDP_PORT, QAINA_WORDS, UDP_TOTAL_LEN, PAYLOAD_OFFSET, FRAME_LEN)
+from ..constants import MAX_JOBS, MAX_WORKERS, RESULT_TTL, Drop
 from ..p4info import ActionInfo, P4Info, TableInfo
 
 log = logging.getLogger("qaina.switch")
 
-# Indexes of MyIngress.drops, as qaina.p4 declares them (tests/test_p4info.py checks).
-DROP_NOT_IPV4 = 0
-DROP_NO_ROUTE = 1
-DROP_MALFORMED = 2
-DROP_BAD_FLAGS = 3
-DROP_UNKNOWN_JOB = 4
-DROP_NON_MEMBER = 5
-DROP_BAD_WORKER = 6
-DROP_BAD_SLOT = 7
-DROP_DUPLICATE = 8
-DROP_REASONS = {v: k[5:].lower() for k, v in dict(globals()).items() if k.startswith("DROP_")}
-
-RESULT_TTL = 64
+#: IPv4 flags and fragment offset: a packet with MF set or an offset is a fragment
+_FRAGMENT = 0x3FFF
 NO_ACTION = "NoAction"
 _MISS = object()
 
@@ -74,7 +64,7 @@ def _shared_mask() -> np.ndarray:
     for offset, size, bits in ((12, 2, 0xFF),  # etherType
                                (14, 1, 0x0F),  # ihl
                                (16, 2, 0xFF),  # totalLen
-                               (20, 1, 0x1F), (21, 1, 0xFF),  # fragOffset
+                               (20, 1, 0x3F), (21, 1, 0xFF),  # MF, fragOffset
                                (23, 1, 0xFF),  # protocol
                                (26, 8, 0xFF),  # srcAddr, dstAddr
                                (36, 4, 0xFF),  # UDP dstPort, length
@@ -277,6 +267,7 @@ class Pipeline:
             self._rebuild(table)
 
         self._bind_fast_views()
+        self.internal_errors = 0
         self._own = bytearray(SLOT_ALIGN_OFFSET + 2048)
         self._own_slot = [frame_slot(self._own, SLOT_ALIGN_OFFSET, 2048)]
         # Results completed in the current burst and not sent yet: (frame, job counter
@@ -308,7 +299,8 @@ class Pipeline:
                           for (job,), (action, params) in table.entries.items()}
             self._contributors = self._contributor_index()
         elif name == "MyIngress.member_table":
-            self._members = {(job, ip): params[0] if action == "MyIngress.set_member" else 0
+            # (worker, port); NoAction leaves both at zero, as on BMv2.
+            self._members = {(job, ip): params if action == "MyIngress.set_member" else (0, 0)
                              for (job, ip), (action, params) in table.entries.items()}
             self._contributors = self._contributor_index()
         elif name == "MyEgress.result_rewrite":
@@ -319,22 +311,38 @@ class Pipeline:
     def _contributor_index(self) -> dict[int, tuple]:
         """job_table and member_table joined, keyed by ``job_id << 32 | srcAddr``.
 
-        Each value is what the packet path needs of a member of a known job:
-        ``(worker, cell, n_workers, first_slot, end_slot, mcast_grp)``. ``worker`` is
-        -1 when the member's index is not below ``n_workers`` (no packet of it passes
-        the worker check); ``cell`` is the index of the job's packet count in a flat
-        counter view (``2 * job_index``); valid slots are ``first_slot <= slot < end_slot``.
+        Each value is what the packet path needs of a member of a job whose entry is
+        in range: ``(worker, port, cell, n_workers, first_slot, end_slot, mcast_grp)``.
+        ``worker`` is -1 when the member's index is not below ``n_workers`` (no
+        packet of it passes the worker check); ``port`` is the ingress port its
+        packets must arrive on; ``cell`` is the index of the job's packet count in a
+        flat counter view (``2 * job_index``); valid slots are
+        ``first_slot <= slot < end_slot``. Members of jobs out of range
+        (``job_misses``) are left out.
         """
         index = {}
-        for (job_id, ip), worker in self._members.items():
+        for (job_id, ip), (worker, port) in self._members.items():
             job = self._jobs.get(job_id)
-            if job is None:
+            if job is None or not self._job_in_range(job):
                 continue
             job_index, n_workers, slot_base, slot_count, mcast_grp = job[:5]
             end = min(slot_base + slot_count, self.pool_slots)
-            index[job_id << 32 | ip] = (worker if worker < n_workers else -1, 2 * job_index,
-                                        n_workers, slot_base, end, mcast_grp)
+            index[job_id << 32 | ip] = (worker if worker < n_workers else -1, port,
+                                        2 * job_index, n_workers, slot_base, end, mcast_grp)
         return index
+
+    @staticmethod
+    def _job_in_range(job: tuple) -> bool:
+        """Whether a job entry's counter index and worker count fit the program."""
+        return job[0] < MAX_JOBS and job[1] <= MAX_WORKERS
+
+    def _miss_reason(self, job_id: int) -> int:
+        """Why a packet of ``job_id`` from a source not in the contributor index drops,
+        in the order ``qaina.p4`` checks: job entry, its range, membership."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return Drop.UNKNOWN_JOB
+        return Drop.NON_MEMBER if self._job_in_range(job) else Drop.BAD_JOB
 
     def _replica_plan(self, mcast_grp: int) -> tuple:
         """``(replicas, block)``: a multicast group's copies, egress rewrites applied.
@@ -413,11 +421,22 @@ class Pipeline:
         row ``i``. Whatever the frames cause is sent before this returns, in the order
         of the frames that caused it.
         """
-        if (frames is not None and len(lengths) >= BURST_MIN
-                and self._contribution_burst(slots, lengths, frames)):
+        try:
+            if (frames is None or len(lengths) < BURST_MIN
+                    or not self._contribution_burst(in_port, slots, lengths, frames)):
+                self._process_frames(in_port, slots, lengths)
+        except Exception:  # a bug must not stop the switch: count, log, go on
+            self._internal_error(sum(lengths), len(lengths))
+        finally:
             if self._pending:
-                self._send_results()
-            return
+                try:
+                    self._send_results()
+                except Exception:
+                    self._pending.clear()
+                    self._internal_error(0, 0)
+
+    def _process_frames(self, in_port: int, slots, lengths):
+        """``process_burst`` one frame after the other, as ``qaina.p4`` does."""
         # Everything an aggregation packet touches, bound once per burst; a table
         # change made meanwhile applies from the next burst on.
         aggregator = self._aggregator
@@ -429,39 +448,41 @@ class Pipeline:
         pending = self._pending
         unpack = _HEADERS.unpack_from
         add = np.add
-        try:
-            for (buf, payload), length in zip(slots, lengths):
+        for (buf, payload), length in zip(slots, lengths):
+            try:
                 if length < FRAME_LEN:
                     self._process_short(in_port, buf, length)
                     continue
                 (ethertype, vihl, total_len, frag, ttl, proto, src, dst, dport, udp_len,
                  job_id, worker, flags, slot, ver, exp, seq) = unpack(buf, 12)
                 if ethertype != 0x0800:
-                    self._drop(DROP_NOT_IPV4, length)
+                    self._drop(Drop.NOT_IPV4, length)
                     continue
                 if dst not in aggregator:
                     self._forward(buf, length, dst, ttl)
                     continue
                 # Addressed to this aggregator: parse the rest as the P4 parser does.
-                if (vihl & 0x0F != 5 or frag & 0x1FFF or proto != 17
+                if (vihl & 0x0F != 5 or frag & _FRAGMENT or proto != 17
                         or total_len != IPV4_TOTAL_LEN or dport != QAINA_UDP_PORT
                         or udp_len != UDP_TOTAL_LEN):
-                    self._drop(DROP_MALFORMED, length)
+                    self._drop(Drop.MALFORMED, length)
                     continue
                 if flags & FLAG_RESULT or ver > 1:
-                    self._drop(DROP_BAD_FLAGS, length)
+                    self._drop(Drop.BAD_FLAGS, length)
                     continue
                 member = contributors.get(job_id << 32 | src)
                 if member is None:
-                    self._drop(DROP_NON_MEMBER if job_id in self._jobs else DROP_UNKNOWN_JOB,
-                               length)
+                    self._drop(self._miss_reason(job_id), length)
                     continue
-                member_worker, j, n_workers, first_slot, end_slot, mcast_grp = member
+                member_worker, member_port, j, n_workers, first_slot, end_slot, mcast_grp = member
+                if in_port != member_port:
+                    self._drop(Drop.WRONG_PORT, length)
+                    continue
                 if worker != member_worker:
-                    self._drop(DROP_BAD_WORKER, length)
+                    self._drop(Drop.BAD_WORKER, length)
                     continue
                 if not first_slot <= slot < end_slot:
-                    self._drop(DROP_BAD_SLOT, length)
+                    self._drop(Drop.BAD_SLOT, length)
                     continue
                 # qaina.p4 indexes its registers with bit<32> arithmetic: slot + ver * POOL_SLOTS.
                 if ver:
@@ -515,12 +536,11 @@ class Pipeline:
                     payload[:] = rows[copy]
                     self._result_to_sender(buf, in_port, j, exp_cells[copy], length)
                 else:
-                    self._drop(DROP_DUPLICATE, length)
-        finally:
-            if pending:
-                self._send_results()
+                    self._drop(Drop.DUPLICATE, length)
+            except Exception:  # counted as INTERNAL, the burst goes on
+                self._internal_error(length)
 
-    def _contribution_burst(self, slots, lengths, frames: np.ndarray) -> bool:
+    def _contribution_burst(self, in_port: int, slots, lengths, frames: np.ndarray) -> bool:
         """Run a whole burst with numpy if it is what a worker sends: first
         contributions of one member of a job, each to a different slot. Returns
         False, having changed nothing, for any other burst.
@@ -539,14 +559,14 @@ class Pipeline:
         (ethertype, vihl, total_len, frag, ttl, proto, src, dst, dport, udp_len,
          job_id, worker, flags, slot, ver, exp, seq) = _HEADERS.unpack_from(slots[0][0], 12)
         if (ethertype != 0x0800 or dst not in self._aggregator or vihl & 0x0F != 5
-                or frag & 0x1FFF or proto != 17 or total_len != IPV4_TOTAL_LEN
+                or frag & _FRAGMENT or proto != 17 or total_len != IPV4_TOTAL_LEN
                 or dport != QAINA_UDP_PORT or udp_len != UDP_TOTAL_LEN
                 or flags & FLAG_RESULT or ver > 1):
             return False
         member = self._contributors.get(job_id << 32 | src)
-        if member is None or member[0] != worker:
+        if member is None or member[0] != worker or member[1] != in_port:
             return False
-        _, j, n_workers, first_slot, end_slot, mcast_grp = member
+        _, _, j, n_workers, first_slot, end_slot, mcast_grp = member
         slot_ids = frames[:k, QAINA_OFFSET + 4:QAINA_OFFSET + 6].view(">u2")[:, 0].astype(np.intp)
         increasing = (np.diff(slot_ids) > 0).all()  # a window in order: distinct slots
         if increasing:
@@ -629,14 +649,23 @@ class Pipeline:
     def _process_short(self, in_port: int, buf, length: int):
         """A frame shorter than an aggregation packet: IPv4 to forward, or a drop."""
         if length < 34 or buf[12] != 0x08 or buf[13] != 0x00:
-            self._drop(DROP_NOT_IPV4, length)
+            self._drop(Drop.NOT_IPV4, length)
             return
         dst = _ADDR.unpack_from(buf, 30)[0]
         if dst in self._aggregator:
             # Too short for Ethernet/IPv4/UDP/QAINA/payload.
-            self._drop(DROP_MALFORMED, length)
+            self._drop(Drop.MALFORMED, length)
             return
         self._forward(buf, length, dst, buf[22])
+
+    def _internal_error(self, length: int, packets: int = 1):
+        """Processing failed (a bug): count the packets under ``INTERNAL``, log why."""
+        d = self._c_drops
+        d[2 * Drop.INTERNAL] += packets
+        d[2 * Drop.INTERNAL + 1] += length
+        self.internal_errors += 1
+        if self.internal_errors <= 10 or self.internal_errors % 1000 == 0:
+            log.exception("internal error #%d while processing a packet", self.internal_errors)
 
     def _drop(self, reason: int, length: int):
         d = self._c_drops
@@ -655,7 +684,7 @@ class Pipeline:
         """ipv4_lpm: forward with the TTL decremented, or drop for no_route."""
         port = self._route(dst)
         if port is None:
-            self._drop(DROP_NO_ROUTE, length)
+            self._drop(Drop.NO_ROUTE, length)
             return
         if self._pending:  # frames leave in the order their packets caused them
             self._send_results()

@@ -32,6 +32,7 @@ BURST = 64  # frames read from one port before looking at the others
 
 # linux/if_packet.h: PACKET_MMAP with TPACKET_V2.
 PACKET_RX_RING = 5
+PACKET_AUXDATA = 8
 PACKET_STATISTICS = 6
 PACKET_VERSION = 10
 PACKET_TX_RING = 13
@@ -40,6 +41,9 @@ PACKET_VNET_HDR = 15
 TPACKET_V2 = 1
 TP_STATUS_KERNEL = 0  # rx: the slot belongs to the kernel
 TP_STATUS_USER = 1  # rx: the slot holds a frame for us
+TP_STATUS_VLAN_VALID = 0x10  # rx: the kernel took a VLAN tag off the frame
+TP_STATUS_VLAN_TPID_VALID = 0x40  # rx: ... and says which TPID it had
+ETH_P_8021Q = 0x8100
 TP_STATUS_AVAILABLE = 0  # tx: the slot is free
 TP_STATUS_SEND_REQUEST = 1  # tx: the slot holds a frame to send
 TP_STATUS_SENDING = 2  # tx: the kernel is sending the slot's frame
@@ -59,6 +63,22 @@ ROW_SIZE = (SLOT_ALIGN_OFFSET + FRAME_MAX + 3) & ~3  # one frame buffer of the s
 
 _TPACKET_REQ = struct.Struct("IIII")  # block size, block count, frame size, frame count
 _TPACKET_STATS = struct.Struct("II")  # packets, drops (since the last read)
+# struct tpacket_auxdata: status, len, snaplen, mac, net, vlan_tci, vlan_tpid
+_AUXDATA = struct.Struct("IIIHHHH")
+_AUX_SPACE = socket.CMSG_SPACE(_AUXDATA.size)
+_VLAN_TAG = struct.Struct("!HH")  # TPID, TCI as they sit in a tagged frame
+
+
+def restore_vlan_tag(view, length: int, status: int, tci: int, tpid: int) -> int:
+    """Put back the VLAN tag the kernel took off a received frame (``length`` bytes
+    at the start of ``view``, which has room for 4 more), as libpcap does for BMv2;
+    returns the new length. The pipeline then sees what the wire carried."""
+    if not status & TP_STATUS_VLAN_TPID_VALID:
+        tpid = ETH_P_8021Q
+    length = min(length, len(view) - 4)
+    view[16:length + 4] = bytes(view[12:length])
+    _VLAN_TAG.pack_into(view, 12, tpid, tci)
+    return length + 4
 
 
 def _tpacket_align(n: int) -> int:
@@ -116,6 +136,7 @@ class Port:
             raise PortError(f"port {number}: interface {ifname!r}: {exc.strerror}") from None
         # The switch must not see its own transmissions, whichever socket sends them.
         sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)  # VLAN tags the kernel takes off
         _force_buffer(sock, socket.SO_RCVBUF, 33)  # SO_RCVBUFFORCE
         _force_buffer(sock, socket.SO_SNDBUF, 32)  # SO_SNDBUFFORCE
         sock.setblocking(False)
@@ -201,7 +222,8 @@ class Port:
         slots = self._rx_slots[head:head + n]
         lengths = [words[i + 2] for i in ready]  # tp_snaplen
         frames = self._rx_frames[head:head + n]
-        if any(words[i + 3] & 0xFFFF != RX_FRAME_OFFSET for i in ready):  # tp_mac
+        if any(words[i + 3] & 0xFFFF != RX_FRAME_OFFSET  # tp_mac
+               or words[i] & TP_STATUS_VLAN_VALID for i in ready):
             self._copy_unusual(ready, slots, lengths)
             frames = None
         self._held = n
@@ -209,13 +231,20 @@ class Port:
         return slots, lengths, frames
 
     def _copy_unusual(self, ready, slots, lengths):
-        """Frames not where they normally start in their slot go to frame buffers."""
+        """Frames not where they normally start in their slot, and frames whose VLAN
+        tag the kernel took off (put back here), go to frame buffers."""
+        words = self._rx_words
         for k, i in enumerate(ready):
-            start = i * 4 + (self._rx_words[i + 3] & 0xFFFF)
-            if start != i * 4 + RX_FRAME_OFFSET:
+            start = i * 4 + (words[i + 3] & 0xFFFF)
+            status = words[i]
+            if start != i * 4 + RX_FRAME_OFFSET or status & TP_STATUS_VLAN_VALID:
                 lengths[k] = n = min(lengths[k], FRAME_MAX)
                 slots[k] = self._row_slots[k]
                 slots[k][0][:n] = self._rx_map[start:start + n]
+                if status & TP_STATUS_VLAN_VALID:
+                    tag = words[i + 6]  # tp_vlan_tci | tp_vlan_tpid << 16
+                    lengths[k] = restore_vlan_tag(slots[k][0], n, status, tag & 0xFFFF,
+                                                  tag >> 16)
 
     def release(self):
         """Give the frames of the last ``receive()`` back to the kernel."""
@@ -358,11 +387,17 @@ class Port:
 
     # -- socket path --------------------------------------------------------------------
     def _receive_socket(self):
-        recv_into = self.sock.recv_into
+        recvmsg_into = self.sock.recvmsg_into
         slots, lengths = self._row_slots, []
         for slot in slots:
             try:
-                lengths.append(recv_into(slot[0]))
+                n, ancillary, _, _ = recvmsg_into((slot[0][:FRAME_MAX - 4],), _AUX_SPACE)
+                for level, kind, data in ancillary:
+                    if level == SOL_PACKET and kind == PACKET_AUXDATA:
+                        status, _, _, _, _, tci, tpid = _AUXDATA.unpack_from(data)
+                        if status & TP_STATUS_VLAN_VALID:
+                            n = restore_vlan_tag(slot[0], n, status, tci, tpid)
+                lengths.append(n)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
@@ -470,7 +505,7 @@ class PortSet:
                     drain(by_fd[fd], device)
                 waiting = False
                 for p in ports:
-                    if p.tx_queued and not p.flush():
+                    if p.tx_queued and not self._flush(p):
                         waiting = True
         finally:
             poller.close()
@@ -486,6 +521,18 @@ class PortSet:
                 pipeline.process_burst(port.number, slots, lengths, frames)
         finally:
             port.release()
+
+    @staticmethod
+    def _flush(port: Port) -> bool:
+        """``port.flush()``; an error the kernel gives is counted and logged, and the
+        switch goes on (the frames stay queued for the next flush)."""
+        try:
+            return port.flush()
+        except OSError as exc:
+            port.tx_errors += 1
+            if port.tx_errors <= 10:
+                log.warning("port %d (%s): transmit failed: %s", port.number, port.ifname, exc)
+            return True
 
     def stop(self):
         self.stopping = True
