@@ -11,7 +11,7 @@ import threading
 import time
 
 import grpc
-from google.rpc import code_pb2
+from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from ..p4.p4info import P4Info, decode, encode
@@ -23,7 +23,26 @@ class ControlError(RuntimeError):
     """A switch refused or did not answer a control-plane request."""
 
 
+def update_errors(exc: grpc.RpcError) -> list[p4runtime_pb2.Error]:
+    """The per-update ``p4.v1.Error`` list of a failed Write (empty if it has none)."""
+    for key, value in (exc.trailing_metadata() or ()):
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            errors = []
+            for detail in status.details:
+                error = p4runtime_pb2.Error()
+                if detail.Unpack(error):
+                    errors.append(error)
+            return errors
+    return []
+
+
 def _describe(exc: grpc.RpcError) -> str:
+    failed = [(i, e) for i, e in enumerate(update_errors(exc), 1)
+              if e.canonical_code != code_pb2.OK]
+    if failed:
+        return "; ".join(f"update {i}: {code_pb2.Code.Name(e.canonical_code)}: {e.message}"
+                         for i, e in failed)
     return f"{exc.code().name}: {exc.details()}"
 
 

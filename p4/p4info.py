@@ -122,6 +122,30 @@ class P4Info:
         return self._get("registers", key)
 
 
+def difference(expected: p4info_pb2.P4Info, given: p4info_pb2.P4Info) -> str | None:
+    """None if ``given`` is ``expected``; else what differs first, in a few words."""
+    if given == expected:
+        return None
+    for field, _ in expected.ListFields() + given.ListFields():
+        mine, theirs = getattr(expected, field.name), getattr(given, field.name)
+        if mine == theirs:
+            continue
+        if field.label != field.LABEL_REPEATED or not hasattr(field.message_type, "fields_by_name") \
+                or "preamble" not in field.message_type.fields_by_name:
+            return f"{field.name} differs"
+        ours = {e.preamble.name: e for e in mine}
+        other = {e.preamble.name: e for e in theirs}
+        for name in ours.keys() - other.keys():
+            return f"{field.name} {name} is missing"
+        for name in other.keys() - ours.keys():
+            return f"{field.name} {name} is not in qaina.p4"
+        for name in ours:
+            if ours[name] != other[name]:
+                return f"{field.name} {name} differs"
+        return f"{field.name} are in another order"
+    return "it differs"
+
+
 def encode(value: int, bitwidth: int) -> bytes:
     """``value`` as a P4Runtime canonical bytestring (no leading zero bytes)."""
     if value < 0 or value >> bitwidth:

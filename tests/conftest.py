@@ -112,7 +112,8 @@ class SwitchLab:
         self.hosts = {}
         try:
             self.target.start()
-            self.conn = SwitchConnection("s1", self.target.grpc_addr, 1)
+            # A high election id leaves room for backup clients below it.
+            self.conn = SwitchConnection("s1", self.target.grpc_addr, 1, election_id=(1, 0))
             self.target.wait_ready(self.conn)
             self.conn.arbitrate()
             self.hosts = {i: HostPort(h) for i, (_, h) in self.veths.pairs.items()}
@@ -120,9 +121,14 @@ class SwitchLab:
             self.close()
             raise
 
+    def reconnect(self):
+        """A new primary connection (after the old one was closed)."""
+        self.conn = SwitchConnection("s1", self.target.grpc_addr, 1, election_id=(1, 0))
+        self.conn.arbitrate()
+
     def reset(self):
         """A fresh pipeline: empty tables, zero registers and counters."""
-        self.conn.set_pipeline(self.target.device_config())
+        self.target.fresh_pipeline(self.conn)
         for h in self.hosts.values():
             h.drain()
 

@@ -1,35 +1,51 @@
-"""The embedded switch's P4Runtime server: p4runtime-shell works against it, and
-requests it does not serve get a proper gRPC status."""
+"""The switches' P4Runtime servers: p4runtime-shell works against them, arbitration and
+batches follow the P4Runtime spec, requests they do not serve get a proper gRPC
+status, and a foreign program is refused.
+
+Every case runs against the embedded switch, and against BMv2's own server where
+BMv2 is installed; where BMv2's server behaves differently the test pins what it
+does (p4/README.md, "P4Runtime servers", lists the differences).
+"""
 
 from __future__ import annotations
 
+import subprocess
+import time
+
+import grpc
 import pytest
+from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
-from conftest import IS_ROOT, SwitchLab
-from qaina_bench.harness.control import ControlError, SwitchConnection
+from conftest import IS_ROOT, SwitchLab, free_port
+from qaina_bench.harness.control import ControlError, SwitchConnection, update_errors
+from qaina_bench.harness.targets import bmv2_missing, make_target
+from qaina_bench.p4.embedded.runtime import MAX_STREAMS
 
 pytestmark = pytest.mark.skipif(not IS_ROOT, reason="needs root: veth pairs, raw sockets")
 
 
-@pytest.fixture(scope="module")
-def emb(tmp_path_factory):
-    lab = SwitchLab("embedded", 2, tmp_path_factory.mktemp("p4rt"))
+@pytest.fixture(scope="module", params=["embedded", "bmv2"])
+def server(request, tmp_path_factory):
+    if request.param == "bmv2" and bmv2_missing():
+        pytest.skip(f"BMv2 target: {bmv2_missing()}")
+    lab = SwitchLab(request.param, 2, tmp_path_factory.mktemp("p4rt"))
     yield lab
     lab.close()
 
 
 @pytest.fixture
-def fresh(emb):
-    emb.reset()
-    return emb
+def fresh(server):
+    server.reset()
+    return server
 
 
 def test_p4runtime_shell_connects_lists_and_writes_tables(fresh):
     import p4runtime_sh.shell as sh
     from p4runtime_sh.context import P4Type
 
+    fresh.conn.close()  # the shell takes over as primary with the same election id
     sh.setup(device_id=1, grpc_addr=fresh.target.grpc_addr, election_id=(1, 0), verbose=False)
     try:
         tables = {name for name, _ in sh.context.get_objs(P4Type.table)}
@@ -52,6 +68,7 @@ def test_p4runtime_shell_connects_lists_and_writes_tables(fresh):
         assert len(drops) == 16
     finally:
         sh.teardown()
+        fresh.reconnect()
     # What the shell wrote is what the switch holds.
     entries = fresh.conn.read_table("MyIngress.job_table")
     assert len(entries) == 1
@@ -73,17 +90,13 @@ def test_errors_are_grpc_statuses(fresh):
 
     def raw_write(update):
         req = p4runtime_pb2.WriteRequest(device_id=1)
-        req.election_id.low = 1
+        req.election_id.high, req.election_id.low = conn.election_id
         req.updates.append(update)
         return conn._call("write", conn.stub.Write, req)
 
     u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
     u.entity.table_entry.table_id = 0x02FFFFFF
     with pytest.raises(ControlError, match="NOT_FOUND"):
-        raw_write(u)
-    u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
-    u.entity.meter_entry.meter_id = 1
-    with pytest.raises(ControlError, match="UNIMPLEMENTED"):
         raw_write(u)
     u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
     e = u.entity.table_entry
@@ -94,8 +107,86 @@ def test_errors_are_grpc_statuses(fresh):
         raw_write(u)
 
 
+def test_a_batch_attempts_every_update_and_reports_each(fresh):
+    """CONTINUE_ON_ERROR: [valid, invalid, valid] applies both valid updates; the
+    status is UNKNOWN with one p4.v1.Error per update, in order."""
+    conn = fresh.conn
+    updates = []
+    for address in (11, 12, 13):
+        u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
+        u.entity.table_entry.CopyFrom(conn.table_entry(
+            "MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": address}, "MyIngress.accept_qaina"))
+        updates.append(u)
+    updates[1].entity.table_entry.table_id = 0x02FFFFFF  # no such table
+    req = p4runtime_pb2.WriteRequest(device_id=1, updates=updates)
+    req.election_id.high, req.election_id.low = conn.election_id
+    with pytest.raises(grpc.RpcError) as err:
+        conn.stub.Write(req, timeout=10)
+    assert err.value.code() == grpc.StatusCode.UNKNOWN
+    codes = [e.canonical_code for e in update_errors(err.value)]
+    assert len(codes) == 3 and codes[0] == codes[2] == code_pb2.OK
+    assert codes[1] == code_pb2.NOT_FOUND
+    held = {e.match[0].exact.value for e in conn.read_table("MyIngress.aggregator_addr")}
+    assert held == {b"\x0b", b"\x0d"}
+    with pytest.raises(ControlError, match="update 2: NOT_FOUND"):
+        conn._call("write", conn.stub.Write, req)
+
+
+def test_primary_is_served_while_other_streams_are_open(fresh):
+    """Three more clients hold stream channels; the primary's Read and Write still
+    answer at once."""
+    backups = [SwitchConnection(f"backup{i}", fresh.target.grpc_addr, 1, election_id=(0, i))
+               for i in (1, 2, 3)]
+    try:
+        for b in backups:
+            with pytest.raises(ControlError, match="not primary"):
+                b.arbitrate()
+        started = time.monotonic()
+        fresh.conn.insert("MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": 21},
+                          "MyIngress.accept_qaina")
+        assert len(fresh.conn.read_table("MyIngress.aggregator_addr")) == 1
+        assert fresh.conn.read_counter("MyIngress.drops")
+        assert time.monotonic() - started < 5
+        with pytest.raises(ControlError, match="PERMISSION_DENIED"):
+            backups[0].insert("MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": 22},
+                              "MyIngress.accept_qaina")
+    finally:
+        for b in backups:
+            b.close()
+
+
+def test_stream_channels_beyond_the_limit_are_refused(fresh):
+    if fresh.kind == "bmv2":
+        pytest.skip("BMv2's server sets no limit on stream channels (p4/README.md)")
+    extra = [SwitchConnection(f"extra{i}", fresh.target.grpc_addr, 1, election_id=(0, i))
+             for i in range(1, MAX_STREAMS + 1)]
+    try:
+        for i, c in enumerate(extra, 2):  # the lab's primary holds one stream
+            if i <= MAX_STREAMS:
+                with pytest.raises(ControlError, match="not primary"):
+                    c.arbitrate()
+            else:
+                with pytest.raises(ControlError, match="RESOURCE_EXHAUSTED"):
+                    c.arbitrate()
+        fresh.conn.read_counter("MyIngress.drops")  # the primary is still served
+    finally:
+        for c in extra:
+            c.close()
+
+
+def test_an_election_id_in_use_is_refused(fresh):
+    twin = SwitchConnection("twin", fresh.target.grpc_addr, 1, election_id=fresh.conn.election_id)
+    try:
+        with pytest.raises(ControlError, match="INVALID_ARGUMENT"):
+            twin.arbitrate()
+    finally:
+        twin.close()
+    fresh.conn.insert("MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": 31},
+                      "MyIngress.accept_qaina")  # still the primary
+
+
 def test_only_the_primary_writes_and_foreign_programs_are_refused(fresh):
-    backup = SwitchConnection("backup", fresh.target.grpc_addr, 1, election_id=(0, 0))
+    backup = SwitchConnection("backup", fresh.target.grpc_addr, 1, election_id=(0, 7))
     try:
         with pytest.raises(ControlError, match="not primary"):
             backup.arbitrate()
@@ -104,23 +195,61 @@ def test_only_the_primary_writes_and_foreign_programs_are_refused(fresh):
                           "MyIngress.accept_qaina")
     finally:
         backup.close()
-    other = SwitchConnection("s1", fresh.target.grpc_addr, 1)
-    other.p4info.proto = p4info_pb2.P4Info()  # a program that is not qaina.p4
-    other.election_id = fresh.conn.election_id
-    with pytest.raises(ControlError, match="INVALID_ARGUMENT"):
-        other.set_pipeline()
+    other = SwitchConnection("s1", fresh.target.grpc_addr, 1, election_id=fresh.conn.election_id)
+    for change in ("empty", "drops has 4 cells"):
+        foreign = p4info_pb2.P4Info()
+        if change != "empty":
+            foreign.CopyFrom(fresh.conn.p4info.proto)
+            next(c for c in foreign.counters if c.preamble.name.endswith("drops")).size = 4
+        other.p4info.proto = foreign
+        with pytest.raises(ControlError, match="INVALID_ARGUMENT"):
+            req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+                device_id=1, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+            req.election_id.high, req.election_id.low = fresh.conn.election_id
+            req.config.p4info.CopyFrom(foreign)
+            req.config.p4_device_config = fresh.target.device_config()
+            other._call("SetForwardingPipelineConfig", other.stub.SetForwardingPipelineConfig, req)
     other.close()
+    assert len(fresh.conn.read_counter("MyIngress.drops")) == 16  # qaina.p4 still runs
     wrong_device = SwitchConnection("s1", fresh.target.grpc_addr, 9)
     with pytest.raises(ControlError, match="NOT_FOUND"):
-        wrong_device.read_counter("drops")
+        wrong_device.read_counter("MyIngress.drops")
     wrong_device.close()
 
 
-def test_registers_and_pipeline_config_read_back(fresh):
-    regs = fresh.conn.read_register("MyIngress.agg_count")
-    assert len(regs) == 2048 and not any(regs.values())
-    assert fresh.conn.read_register("MyIngress.agg_sum", index=65535) == {65535: 0}
+def test_pipeline_config_reads_back(fresh):
     req = p4runtime_pb2.GetForwardingPipelineConfigRequest(device_id=1)
     cfg = fresh.conn.stub.GetForwardingPipelineConfig(req).config
     assert {t.preamble.name for t in cfg.p4info.tables} == {
         t.name for t in fresh.conn.p4info.tables.values()}
+
+
+def test_registers_read_back_where_the_server_serves_them(fresh):
+    if fresh.kind == "bmv2":
+        with pytest.raises(ControlError, match="UNIMPLEMENTED"):
+            fresh.conn.read_register("MyIngress.agg_count")
+        assert fresh.target.register_read("MyIngress.agg_count") == [0] * 2048
+        return
+    regs = fresh.conn.read_register("MyIngress.agg_count")
+    assert len(regs) == 2048 and not any(regs.values())
+    assert fresh.conn.read_register("MyIngress.agg_sum", index=65535) == {65535: 0}
+
+
+def test_a_second_switch_on_a_taken_port_fails_at_start(fresh, tmp_path):
+    """The P4Runtime port is never shared: a second switch told to use it exits with
+    an error instead of splitting the clients (a dead run's switch, say)."""
+    extra = {"thrift_port": free_port()} if fresh.kind == "bmv2" else {}
+    second = make_target(fresh.kind, "s2", {}, fresh.target.grpc_port, 2,
+                         tmp_path / "s2.log", **extra)
+    second.start()
+    try:
+        code = second.proc.wait(15)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        second.stop()
+    log = (tmp_path / "s2.log").read_text()
+    assert code not in (None, 0), log
+    if fresh.kind == "embedded":
+        assert "cannot listen for P4Runtime" in log and str(fresh.target.grpc_port) in log
+    fresh.conn.read_counter("MyIngress.drops")  # the first switch is untouched

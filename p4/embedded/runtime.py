@@ -1,11 +1,15 @@
 """P4Runtime server of the embedded switch.
 
 Serves the subset of P4Runtime that the harness and ``p4runtime-shell`` use:
-StreamChannel arbitration, Capabilities, Set/GetForwardingPipelineConfig (the P4Info
-must be that of ``qaina.p4``; device config bytes are ignored), Write of table entries
-(insert / modify / delete, default entries) and of multicast groups, Read of table
-entries, multicast groups, counter entries and register entries. Anything else is
-answered with a gRPC status (UNIMPLEMENTED, INVALID_ARGUMENT, ...), never a crash.
+StreamChannel arbitration (the spec's rules: the highest election id ever seen is
+primary, a live election id cannot be taken twice, at most ``MAX_STREAMS`` streams),
+Capabilities, Set/GetForwardingPipelineConfig (the P4Info must be that of
+``qaina.p4``; device config bytes are ignored; VERIFY_AND_COMMIT starts a fresh
+pipeline, RECONCILE_AND_COMMIT keeps the state), Write of table entries (insert /
+modify / delete, default entries) and of multicast groups, every update of a batch
+attempted and its error reported per update, Read of table entries, multicast
+groups, counter entries and register entries. Anything else is answered with a gRPC
+status (UNIMPLEMENTED, INVALID_ARGUMENT, ...), never a crash.
 """
 
 from __future__ import annotations
@@ -16,17 +20,23 @@ import threading
 from concurrent import futures
 
 import grpc
-from google.rpc import code_pb2
+from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from ..p4info import P4Info, decode, encode
+from ..p4info import P4Info, decode, difference, encode
 from .pipeline import Pipeline, PipelineError
 
 log = logging.getLogger("qaina.switch.p4runtime")
 
 API_VERSION = "1.4.1"
+#: StreamChannels served at once; each holds a server thread while it is open
+MAX_STREAMS = 8
+#: server threads left for unary RPCs (Write, Read, ...) when every stream is open
+UNARY_THREADS = 8
 _UPDATE = p4runtime_pb2.Update
 _ACTION = p4runtime_pb2.SetForwardingPipelineConfigRequest
+_ATOMICITY = p4runtime_pb2.WriteRequest
+_STATUS_DETAILS = "grpc-status-details-bin"
 
 
 def _abort(context, code: str, message: str):
@@ -37,17 +47,28 @@ def _election(eid) -> tuple[int, int]:
     return (eid.high, eid.low)
 
 
-class Device:
-    """One switch as P4Runtime sees it: device id, pipeline config, primary client."""
+class StreamClosed(Exception):
+    """Ends a StreamChannel with a gRPC status (``code`` a StatusCode name)."""
 
-    def __init__(self, device_id: int, make_pipeline):
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class Device:
+    """One switch as P4Runtime sees it: device id, pipeline config, clients."""
+
+    def __init__(self, device_id: int, make_pipeline, p4info: P4Info | None = None):
         self.device_id = device_id
         self.make_pipeline = make_pipeline  # P4Info -> Pipeline (installed in the switch)
+        self.p4info = p4info or P4Info.load()  # the only program this device runs
         self.pipeline: Pipeline | None = None
         self.config = None  # ForwardingPipelineConfig as last set
         self.lock = threading.RLock()
-        self.primary: tuple[int, int] | None = None
-        self.streams: dict[int, tuple] = {}  # stream key -> (election id, out queue)
+        self.primary: tuple[int, int] | None = None  # election id of the primary, if any
+        self.highest: tuple[int, int] | None = None  # highest election id ever seen
+        self.streams: dict[int, tuple] = {}  # stream key -> (election id or None, out queue)
+        self.open_streams = 0  # StreamChannel calls in progress, arbitrated or not
 
 
 class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
@@ -80,6 +101,12 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def StreamChannel(self, request_iterator, context):
         out: queue.Queue = queue.Queue()
         key = id(out)
+        with self.device.lock:
+            open_streams = self.device.open_streams
+            if open_streams >= MAX_STREAMS:
+                _abort(context, "RESOURCE_EXHAUSTED",
+                       f"this switch serves at most {MAX_STREAMS} stream channels")
+            self.device.open_streams = open_streams + 1
 
         def reader():
             try:
@@ -93,18 +120,26 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     else:
                         out.put(self._stream_error(code_pb2.UNIMPLEMENTED,
                                                    f"stream message {kind} not supported"))
+            except StreamClosed as exc:
+                out.put(exc)
             except grpc.RpcError:
                 pass
             finally:
                 self._disconnect(key)
                 out.put(None)
 
-        threading.Thread(target=reader, daemon=True, name="p4rt-stream").start()
-        while True:
-            msg = out.get()
-            if msg is None:
-                return
-            yield msg
+        try:
+            threading.Thread(target=reader, daemon=True, name="p4rt-stream").start()
+            while True:
+                msg = out.get()
+                if msg is None:
+                    return
+                if isinstance(msg, StreamClosed):
+                    _abort(context, msg.code, str(msg))
+                yield msg
+        finally:
+            with self.device.lock:
+                self.device.open_streams -= 1
 
     def _stream_error(self, code, message):
         resp = p4runtime_pb2.StreamMessageResponse()
@@ -113,54 +148,91 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         return resp
 
     def _arbitrate(self, key, arbitration, out):
+        """The spec's rules for a MasterArbitrationUpdate (section "Rules for Handling
+        MasterArbitrationUpdate Messages Received from Controllers")."""
         dev = self.device
-        if arbitration.device_id != dev.device_id:
-            out.put(self._stream_error(code_pb2.NOT_FOUND,
-                                       f"no device {arbitration.device_id} here"))
-            return
         with dev.lock:
-            dev.streams[key] = (_election(arbitration.election_id), out)
-            self._announce()
+            known = dev.streams.get(key)
+            if arbitration.device_id != dev.device_id:
+                if known is None:
+                    raise StreamClosed("NOT_FOUND", f"no device {arbitration.device_id} here "
+                                       f"(this switch is device {dev.device_id})")
+                raise StreamClosed("FAILED_PRECONDITION", "a stream cannot change its device")
+            if arbitration.HasField("role") and arbitration.role.name:
+                raise StreamClosed("INVALID_ARGUMENT", "this switch knows only the default role")
+            election = (_election(arbitration.election_id)
+                        if arbitration.HasField("election_id") else None)
+            if election is not None and any(e == election for k, (e, _) in dev.streams.items()
+                                            if k != key):
+                raise StreamClosed("INVALID_ARGUMENT", f"election id {election} is already "
+                                   "used by another live controller of this device")
+            dev.streams[key] = (election, out)
+            was_primary = dev.primary is not None and known is not None and known[0] == dev.primary
+            if election is not None and (dev.highest is None or election >= dev.highest):
+                dev.highest = election
+                dev.primary = election
+                self._announce()
+            elif was_primary:  # the primary downgraded itself
+                dev.primary = None
+                self._announce()
+            else:
+                self._notify(election, out)
 
     def _disconnect(self, key):
-        with self.device.lock:
-            if self.device.streams.pop(key, None) is not None:
+        dev = self.device
+        with dev.lock:
+            gone = dev.streams.pop(key, None)
+            if gone is not None and gone[0] is not None and gone[0] == dev.primary:
+                dev.primary = None
                 self._announce()
 
     def _announce(self):
-        """Tell every client who is primary (the highest election id connected)."""
+        """Tell every client who is primary."""
+        for election, out in self.device.streams.values():
+            self._notify(election, out)
+
+    def _notify(self, election, out):
+        """The arbitration advisory for one client (spec: "Client Arbitration
+        Notifications")."""
         dev = self.device
-        dev.primary = max((e for e, _ in dev.streams.values()), default=None)
-        for election, out in dev.streams.values():
-            resp = p4runtime_pb2.StreamMessageResponse()
-            arb = resp.arbitration
-            arb.device_id = dev.device_id
-            if dev.primary is not None:
-                arb.election_id.high, arb.election_id.low = dev.primary
-            arb.status.code = code_pb2.OK if election == dev.primary else code_pb2.ALREADY_EXISTS
-            arb.status.message = "primary" if election == dev.primary else "backup"
-            out.put(resp)
+        resp = p4runtime_pb2.StreamMessageResponse()
+        arb = resp.arbitration
+        arb.device_id = dev.device_id
+        if dev.highest is not None:
+            arb.election_id.high, arb.election_id.low = dev.highest
+        if dev.primary is not None and election == dev.primary:
+            arb.status.code, arb.status.message = code_pb2.OK, "primary"
+        elif dev.primary is not None:
+            arb.status.code, arb.status.message = code_pb2.ALREADY_EXISTS, "backup"
+        else:
+            arb.status.code, arb.status.message = code_pb2.NOT_FOUND, "backup; no primary"
+        out.put(resp)
 
     def SetForwardingPipelineConfig(self, request, context):
         self._check_device(request.device_id, context)
-        if request.action == _ACTION.UNSPECIFIED:
+        action = request.action
+        if action == _ACTION.UNSPECIFIED:
             _abort(context, "INVALID_ARGUMENT", "action must be set")
-        if request.action in (_ACTION.RECONCILE_AND_COMMIT, _ACTION.COMMIT):
-            _abort(context, "UNIMPLEMENTED", "use VERIFY_AND_COMMIT (or VERIFY)")
+        if action in (_ACTION.VERIFY_AND_SAVE, _ACTION.COMMIT):
+            _abort(context, "UNIMPLEMENTED",
+                   "use VERIFY_AND_COMMIT, RECONCILE_AND_COMMIT or VERIFY")
         self._check_primary(request.election_id, context)
-        try:
-            info = P4Info(request.config.p4info)
-            with self.device.lock:
-                pipeline = self.device.make_pipeline(info)
-                if request.action == _ACTION.VERIFY:
-                    return p4runtime_pb2.SetForwardingPipelineConfigResponse()
-                self.device.pipeline = pipeline
-                self.device.config = p4runtime_pb2.ForwardingPipelineConfig()
-                self.device.config.CopyFrom(request.config)
-        except (KeyError, ValueError, PipelineError) as exc:
+        if not request.HasField("config"):
+            _abort(context, "INVALID_ARGUMENT", "no config given")
+        why = difference(self.device.p4info.proto, request.config.p4info)
+        if why:
             _abort(context, "INVALID_ARGUMENT",
-                   f"this embedded switch runs qaina.p4 only; the P4Info does not fit: {exc}")
-        log.info("pipeline config set (cookie %d)", request.config.cookie.cookie)
+                   f"this embedded switch runs qaina.p4 only; the P4Info is not its: {why}")
+        if action == _ACTION.VERIFY:
+            return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+        with self.device.lock:
+            if action == _ACTION.VERIFY_AND_COMMIT or self.device.pipeline is None:
+                # A fresh pipeline: empty tables and groups, zero registers and counters.
+                self.device.pipeline = self.device.make_pipeline(self.device.p4info)
+            self.device.config = p4runtime_pb2.ForwardingPipelineConfig()
+            self.device.config.CopyFrom(request.config)
+        log.info("pipeline config set (%s, cookie %d)", _ACTION.Action.Name(action),
+                 request.config.cookie.cookie)
         return p4runtime_pb2.SetForwardingPipelineConfigResponse()
 
     def GetForwardingPipelineConfig(self, request, context):
@@ -178,17 +250,35 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         return resp
 
     def Write(self, request, context):
+        """Every update is attempted (CONTINUE_ON_ERROR); if any fails, the status is
+        UNKNOWN with one p4.v1.Error per update, in order, in its details."""
         self._check_device(request.device_id, context)
         self._check_primary(request.election_id, context)
         pipeline = self._pipeline(context)
+        if request.atomicity != _ATOMICITY.CONTINUE_ON_ERROR:
+            _abort(context, "UNIMPLEMENTED", "only CONTINUE_ON_ERROR batches are supported")
+        errors = []
         with self.device.lock:
             for update in request.updates:
+                error = p4runtime_pb2.Error(canonical_code=code_pb2.OK)
                 try:
                     self._write_one(pipeline, update)
                 except PipelineError as exc:
-                    _abort(context, exc.code, str(exc))
+                    error.canonical_code = getattr(code_pb2, exc.code)
+                    error.message = str(exc)
                 except (KeyError, ValueError) as exc:
-                    _abort(context, "INVALID_ARGUMENT", str(exc))
+                    error.canonical_code = code_pb2.INVALID_ARGUMENT
+                    error.message = str(exc)
+                errors.append(error)
+        failed = [e for e in errors if e.canonical_code != code_pb2.OK]
+        if failed:
+            message = (f"{len(failed)} of {len(errors)} updates failed; first: "
+                       f"{code_pb2.Code.Name(failed[0].canonical_code)}: {failed[0].message}")
+            status = status_pb2.Status(code=code_pb2.UNKNOWN, message=message)
+            for e in errors:
+                status.details.add().Pack(e)
+            context.set_trailing_metadata(((_STATUS_DETAILS, status.SerializeToString()),))
+            context.abort(grpc.StatusCode.UNKNOWN, message)
         return p4runtime_pb2.WriteResponse()
 
     def _write_one(self, pipeline: Pipeline, update):
@@ -396,12 +486,22 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 r.data.bitstring = encode(int(arr[i]), rinfo.bitwidth)
 
 
-def serve(device: Device, address: str, workers: int = 4) -> grpc.Server:
-    """Start the P4Runtime server on ``address`` (host:port); returns the server."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers,
-                                                    thread_name_prefix="p4rt"))
+def serve(device: Device, address: str) -> grpc.Server:
+    """Start the P4Runtime server on ``address`` (host:port); returns the server.
+
+    The port is never shared (no SO_REUSEPORT): a switch whose address is taken
+    fails here instead of splitting clients with another process.
+    """
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_STREAMS + UNARY_THREADS,
+                                                    thread_name_prefix="p4rt"),
+                         options=[("grpc.so_reuseport", 0)])
     p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(P4RuntimeServicer(device), server)
-    if server.add_insecure_port(address) == 0:
-        raise OSError(f"cannot listen for P4Runtime on {address}")
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
+    if bound == 0:
+        raise OSError(f"cannot listen for P4Runtime on {address}: the address is taken "
+                      "or not local (another switch may still run there)")
     server.start()
     return server
