@@ -8,7 +8,7 @@ APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables python3-venv
 TOPO ?= leafspine
 PYTEST_ARGS ?=
 
-.PHONY: up test deps venv bench clean
+.PHONY: up test deps venv bench clean p4info
 
 up: deps venv
 	$(VENV)/bin/qaina-bench up --topo $(TOPO)
@@ -39,3 +39,9 @@ $(VENV)/.installed: pyproject.toml
 
 clean:
 	$(VENV)/bin/qaina-bench clean
+
+# The committed P4Info is p4c's: regenerate it after changing p4/qaina.p4 (needs p4c).
+p4info: venv
+	$(VENV)/bin/python -c 'import shutil, sys; from qaina_bench.harness.targets import compile_p4; \
+	    shutil.copyfile(compile_p4()[1], "p4/qaina.p4info.txtpb")'
+

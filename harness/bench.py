@@ -1,12 +1,13 @@
 """Benchmarks that print figures (never timed tests).
 
-``switch``: aggregation packets per second through one embedded switch process on one
-core. Four worker ports on veth pairs; a sender on the other core replays precomputed
-contributions of a 4-worker job (every slot of a window used with alternating copies,
-as agents do) at a fixed offered rate; the switch's own P4Runtime counters say how
-many it aggregated. Run as root::
+``switch``: aggregation packets per second through one switch process (embedded or
+BMv2) on one core. Four worker ports on veth pairs; a sender on the other core
+replays precomputed contributions of a 4-worker job (every slot of a window used
+with alternating copies, as agents do) at a fixed offered rate, in bursts of 32; the
+switch's own P4Runtime counters say how many it aggregated. Both targets get the
+same frames and the same pacing. Run as root::
 
-    python -m qaina_bench.harness.bench switch --bits 4 --bits 32
+    python -m qaina_bench.harness.bench switch --target embedded --target bmv2
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..hosts.lanes import LaneFormat
 from ..p4.header import QAINA_WORDS
 from .control import SwitchConnection
 from .jobs import Job, Worker, program_aggregator, program_job, program_route
-from .targets import EmbeddedTarget
+from .targets import make_target
 
 AGG_IP = 0x0AFF0001  # 10.255.0.1
 AGG_MAC = bytes.fromhex("0200000000ff")
@@ -83,11 +84,19 @@ class VethPorts:
             subprocess.run(["ip", "link", "del", sw], capture_output=True)
 
 
-def switch_bench(bits: int, rate: float, seconds: float, workdir: Path) -> dict:
-    """Offer ``rate`` contributions/s for ``seconds``; return what the switch did."""
+#: offered contributions/s of the default sweep, per target
+DEFAULT_RATES = {"embedded": [50_000, 80_000, 100_000, 120_000, 150_000],
+                 "bmv2": [1_000, 2_000, 4_000, 6_000, 8_000, 12_000]}
+
+
+def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Path) -> dict:
+    """Offer ``rate`` contributions/s for ``seconds`` to a switch of target ``kind``;
+    return what the switch did."""
     veths = VethPorts(WORKERS)
-    target = EmbeddedTarget("bench", {i + 1: sw for i, (sw, _) in enumerate(veths.names)},
-                            _free_port(), 1, workdir / f"switch-b{bits}.log", cpu=0)
+    extra = {"thrift_port": _free_port()} if kind == "bmv2" else {}
+    target = make_target(kind, "bench", {i + 1: sw for i, (sw, _) in enumerate(veths.names)},
+                         _free_port(), 1, workdir / f"{kind}-b{bits}-{rate:.0f}.log", cpu=0,
+                         **extra)
     conn = None
     socks = []
     try:
@@ -95,7 +104,7 @@ def switch_bench(bits: int, rate: float, seconds: float, workdir: Path) -> dict:
         conn = SwitchConnection("bench", target.grpc_addr, 1)
         target.wait_ready(conn)
         conn.arbitrate()
-        conn.set_pipeline()
+        conn.set_pipeline(target.device_config())
         job = Job(1, 0, LaneFormat(bits, WORKERS), 0, BENCH_SLOTS,
                   [Worker(k, 0x0A000001 + k, 0x020000000001 + k, k + 1) for k in range(WORKERS)])
         program_aggregator(conn, AGG_IP)
@@ -130,13 +139,13 @@ def switch_bench(bits: int, rate: float, seconds: float, workdir: Path) -> dict:
             sent += burst
             next_t += interval
         elapsed = time.perf_counter() - start
-        time.sleep(0.5)  # let the switch finish its queue
+        time.sleep(0.5 if kind == "embedded" else 2.0)  # let the switch finish its queue
         counters = conn.read_counters()
         aggregated = counters["MyIngress.agg_packets"][0][0]
         closed = counters["MyIngress.slots_closed"][0][0]
         fmt = job.fmt
         elems = closed * QAINA_WORDS * fmt.lanes
-        return {"bits": bits, "lanes": fmt.lanes, "offered_pps": sent / elapsed,
+        return {"target": kind, "bits": bits, "lanes": fmt.lanes, "offered_pps": sent / elapsed,
                 "aggregated_pps": aggregated / elapsed, "aggregated_fraction": aggregated / sent,
                 "completions_per_s": closed / elapsed,
                 "fp32_gbps": elems * 32 / elapsed / 1e9}
@@ -162,7 +171,9 @@ def testbed_bench(topo: str, bits: int, bw: float | None, iterations: int, workd
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m qaina_bench.harness.bench")
     sub = ap.add_subparsers(dest="what", required=True)
-    sw = sub.add_parser("switch", help="aggregation packets/s through one embedded switch")
+    sw = sub.add_parser("switch", help="aggregation packets/s through one switch")
+    sw.add_argument("--target", action="append", choices=["embedded", "bmv2"],
+                    help="switch target (repeatable; default embedded)")
     sw.add_argument("--bits", type=int, action="append", help="bit width (repeatable)")
     sw.add_argument("--rate", type=float, action="append",
                     help="offered contributions/s (repeatable; default a sweep)")
@@ -196,16 +207,35 @@ def main(argv=None) -> int:
                       f"{total['ina', 4] / total['ina', 32]:.1f}x the elements/s of b=32 and "
                       f"{total['ina', 4] / total['ring', 4]:.1f}x those of a b=4 ring all-reduce")
         return 0
-    rates = args.rate or [50_000, 80_000, 100_000, 120_000, 150_000]
-    print(f"{'bits':>4} {'m':>2} {'offered pps':>12} {'aggregated pps':>15} {'agg %':>6} "
-          f"{'fp32 Gbit/s':>11}")
+    return switch_table(args.target or ["embedded"], args.bits or [4, 32], args.rate,
+                        args.seconds)
+
+
+def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float) -> int:
+    """Print offered and aggregated pps per target, bit width and rate; with two
+    targets, the ratio of their best aggregation rates."""
+    from .targets import bmv2_missing
+    if "bmv2" in kinds and bmv2_missing():
+        print(f"bmv2: {bmv2_missing()}")
+        return 2
+    print(f"{'target':>8} {'bits':>4} {'m':>2} {'offered pps':>12} {'aggregated pps':>15} "
+          f"{'agg %':>6} {'fp32 Gbit/s':>11}")
+    best: dict[tuple[str, int], float] = {}
     with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
-        for bits in args.bits or [4, 32]:
-            for rate in rates:
-                r = switch_bench(bits, rate, args.seconds, Path(tmp))
-                print(f"{bits:>4} {r['lanes']:>2} {r['offered_pps']:>12,.0f} "
-                      f"{r['aggregated_pps']:>15,.0f} {100 * r['aggregated_fraction']:>5.1f}% "
-                      f"{r['fp32_gbps']:>11.3f}", flush=True)
+        for kind in kinds:
+            for bits in bits_list:
+                for rate in rates or DEFAULT_RATES[kind]:
+                    r = switch_bench(kind, bits, rate, seconds, Path(tmp))
+                    best[kind, bits] = max(best.get((kind, bits), 0.0), r["aggregated_pps"])
+                    print(f"{kind:>8} {bits:>4} {r['lanes']:>2} {r['offered_pps']:>12,.0f} "
+                          f"{r['aggregated_pps']:>15,.0f} "
+                          f"{100 * r['aggregated_fraction']:>5.1f}% {r['fp32_gbps']:>11.3f}",
+                          flush=True)
+    if len(kinds) == 2:
+        a, b = kinds
+        for bits in bits_list:
+            print(f"b={bits}: {a} aggregated at most {best[a, bits]:,.0f} pps, {b} "
+                  f"{best[b, bits]:,.0f} pps: ratio {best[a, bits] / best[b, bits]:.1f}")
     return 0
 
 

@@ -79,6 +79,9 @@ def run_options(f):
                      help="GradiVeQ coefficients per slice"),
         click.option("--record-levels", is_flag=True,
                      help="agents keep their levels and the received sums (for checks)"),
+        click.option("--switch-log", is_flag=True,
+                     help="BMv2 logs every packet to logs/<switch>.bmv2 (slows BMv2 down "
+                     "several times: for debugging, not for measurements)"),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -262,13 +265,20 @@ def bench():
 
 
 @bench.command("switch")
+@click.option("--target", "targets", type=click.Choice(["embedded", "bmv2"]), multiple=True,
+              default=["embedded"], show_default=True,
+              help="repeat to compare targets (prints the ratio)")
 @click.option("--bits", type=int, multiple=True, default=[4, 32], show_default=True)
-@click.option("--rate", type=float, multiple=True, help="offered contributions/s")
+@click.option("--rate", type=float, multiple=True,
+              help="offered contributions/s (default: a sweep per target)")
 @click.option("--seconds", type=float, default=4.0, show_default=True)
-def bench_switch(bits, rate, seconds):
-    """Aggregation packets/s through one embedded switch on one core (root)."""
+def bench_switch(targets, bits, rate, seconds):
+    """Aggregation packets/s through one switch on one core, same frames and pacing
+    for every target (root)."""
     from . import bench as b
     args = ["switch", "--seconds", str(seconds)]
+    for x in targets:
+        args += ["--target", x]
     for x in bits:
         args += ["--bits", str(x)]
     for x in rate:

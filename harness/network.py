@@ -47,9 +47,10 @@ class QainaSwitch(Switch):
     """A Mininet switch running ``qaina.p4`` on ``target`` ("embedded" or "bmv2")."""
 
     def __init__(self, name, target="embedded", device_id=1, log_dir=".", record=None,
-                 **params):
+                 log_packets=False, **params):
         Switch.__init__(self, name, dpid=f"{device_id:x}", **params)
         self.target_kind = target
+        self.log_packets = log_packets
         self.device_id = device_id
         self.log_dir = Path(log_dir)
         self.record = record
@@ -66,7 +67,8 @@ class QainaSwitch(Switch):
             quiet_interface(ifname)
         self.target = make_target(self.target_kind, self.name, interfaces, self.grpc_port,
                                   self.device_id, self.log_dir / f"{self.name}.log",
-                                  thrift_port=THRIFT_PORT_BASE + self.device_id)
+                                  thrift_port=THRIFT_PORT_BASE + self.device_id,
+                                  log_packets=self.log_packets)
         self.target.start()
         if self.record is not None:
             self.record.add_process(self.target.pid, f"switch {self.name}")
@@ -81,8 +83,9 @@ class Testbed:
     """A running topology whose switches are programmed over P4Runtime."""
 
     def __init__(self, topo, target: str, log_dir: Path, record: RunRecord,
-                 nft_loss: float | None = None):
+                 nft_loss: float | None = None, log_packets: bool = False):
         self.topo = topo
+        self.log_packets = log_packets
         self.nft_loss = nft_loss  # percent, applied with nftables (kernel without netem)
         self.loss_table = f"qaina_loss_{os.getpid()}"
         self.target = target
@@ -96,7 +99,7 @@ class Testbed:
     def start(self, ready_timeout: float = 30.0):
         self.device_ids = {name: k for k, name in enumerate(sorted(self.topo.switches()), 1)}
         switch = partial(QainaSwitch, target=self.target, log_dir=self.log_dir,
-                         record=self.record)
+                         record=self.record, log_packets=self.log_packets)
         self.net = Mininet(topo=None, switch=switch, link=TCLink, controller=None,
                            build=False, autoSetMacs=False)
         # Build by hand so every switch gets its device id before it starts.
@@ -194,6 +197,10 @@ class Testbed:
         h = self.net.get(host)
         return Worker(index, ip_to_int(h.IP()), mac_to_int(h.MAC()),
                       self.next_hops(host)[aggregator])
+
+    def switch_program(self) -> dict:
+        """What runs the switches (target, and for BMv2 which build)."""
+        return self.net.switches[0].target.describe()
 
     def host(self, name: str):
         return self.net.get(name)

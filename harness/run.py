@@ -125,6 +125,7 @@ class Run:
         self.agents: list[AgentProcess] = []
         self.jobs: list[Job] = []
         self.status = "starting"
+        self.switch_program: dict = {"target": cfg.target}  # what ran the switches
         self.events: dict[str, float] = {"invoked": self.t_invoked}
 
     # -- the run -------------------------------------------------------------------
@@ -164,8 +165,10 @@ class Run:
         nft_loss = cfg.loss if cfg.loss and not self.netem else None
         if nft_loss:
             self.echo(f"  link loss {cfg.loss}% per direction by nftables (no netem here)")
-        self.testbed = Testbed(topo, cfg.target, self.writer.log_dir, self.record, nft_loss)
+        self.testbed = Testbed(topo, cfg.target, self.writer.log_dir, self.record, nft_loss,
+                               log_packets=cfg.switch_log)
         self.testbed.start()
+        self.switch_program = self.testbed.switch_program()
         self.events["network_up"] = time.time()
         agg = topo.aggregator
         bases = partition_slots([cfg.slots] * cfg.jobs)
@@ -309,6 +312,7 @@ class Run:
                   for a in self.agents]
         meta = {"run_id": self.cfg.run_id, "status": self.status, "events": self.events,
                 "aggregator": getattr(self, "aggregator", None),
+                "switch_program": self.switch_program,
                 "jobs": [{"job_id": j.job_id, "index": j.index, "bits": j.fmt.bits,
                           "workers": j.fmt.workers, "lane_width": j.fmt.width,
                           "lanes": j.fmt.lanes, "slot_base": j.slot_base,

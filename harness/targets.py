@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,6 +60,15 @@ class SwitchProcess:
     def device_config(self) -> bytes:
         """The ``p4_device_config`` bytes of SetForwardingPipelineConfig."""
         return b""
+
+    def fresh_pipeline(self, conn):
+        """Install ``qaina.p4`` afresh through ``conn``: empty tables and multicast
+        groups, every register and counter zero (P4Runtime's VERIFY_AND_COMMIT)."""
+        conn.set_pipeline(self.device_config())
+
+    def describe(self) -> dict:
+        """What program runs the switch: for the results."""
+        return {"target": self.kind}
 
     @property
     def pid(self) -> int | None:
@@ -132,35 +142,75 @@ def bmv2_missing() -> str | None:
 
 
 def compile_p4(source: Path = P4_SOURCE, cache: Path | None = None) -> tuple[Path, Path]:
-    """Compile ``qaina.p4`` with p4c for BMv2; returns (bmv2 json, p4info text), cached."""
-    if shutil.which("p4c") is None:
+    """Compile ``qaina.p4`` with p4c for BMv2; returns (bmv2 json, p4info text).
+
+    Kept in a cache keyed by the source and the p4c version, written whole or not at
+    all (several runs may compile at once).
+    """
+    p4c = shutil.which("p4c")
+    if p4c is None:
         raise TargetError("p4c is not on PATH (install the P4 toolchain or use vagrant up)")
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    key = hashlib.sha256(source.read_bytes() + (_version([p4c, "--version"]) or "").encode())
     out = (cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-           / "qaina-bench" / "p4c" / digest)
+           / "qaina-bench" / "p4c" / key.hexdigest()[:16])
     json_path, info_path = out / "qaina.json", out / "qaina.p4info.txt"
     if json_path.exists() and info_path.exists():
         return json_path, info_path
-    out.mkdir(parents=True, exist_ok=True)
-    # p4c 1.2.4 rejects a .txtpb P4Info name; .txt works with every version.
-    cmd = ["p4c", "--target", "bmv2", "--arch", "v1model", "-o", str(out),
-           "--p4runtime-files", str(info_path), str(source)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise TargetError(f"p4c failed on {source}: {res.stderr.strip()[-2000:]}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        # p4c 1.2.4 rejects a .txtpb P4Info name; .txt works with every version.
+        cmd = [p4c, "--target", "bmv2", "--arch", "v1model", "-o", str(work),
+               "--p4runtime-files", str(work / info_path.name), str(source)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise TargetError(f"p4c failed on {source}: {res.stderr.strip()[-2000:]}")
+        try:
+            work.rename(out)
+        except OSError:  # another process finished first
+            if not json_path.exists():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return json_path, info_path
 
 
+def _version(cmd: list[str]) -> str | None:
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = (res.stdout or res.stderr).strip().splitlines()
+    return lines[0].strip() if lines else None
+
+
+def toolchain() -> dict:
+    """Which BMv2 and p4c this machine has: paths and versions (None where missing)."""
+    out = {}
+    for tool, flag in (("simple_switch_grpc", "--version"), ("p4c", "--version")):
+        path = shutil.which(tool)
+        out[tool] = {"path": os.path.realpath(path) if path else None,
+                     "version": _version([path, flag]) if path else None}
+    return out
+
+
 class BMv2Target(SwitchProcess):
-    """``simple_switch_grpc`` started without a program (``--no-p4``)."""
+    """``simple_switch_grpc`` started without a program (``--no-p4``).
+
+    BMv2 logs every packet only when ``log_packets`` is set (``--switch-log``): its
+    per-packet log costs more than half of its forwarding rate, so a measurement run
+    never has it by default.
+    """
 
     kind = "bmv2"
 
-    def __init__(self, *args, thrift_port: int, **kwargs):
+    def __init__(self, *args, thrift_port: int, log_packets: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.thrift_port = thrift_port
+        self.log_packets = log_packets
         # Each instance needs its own nanomsg address, or the second one dies at start.
-        self.notifications = f"ipc:///tmp/qaina-bmv2-{os.getpid()}-{self.device_id}.ipc"
+        self.notifications = (f"ipc:///tmp/qaina-bmv2-{os.getpid()}-{self.device_id}-"
+                              f"{thrift_port}.ipc")
 
     def command(self) -> list[str]:
         reason = bmv2_missing()
@@ -168,25 +218,52 @@ class BMv2Target(SwitchProcess):
             raise TargetError(reason)
         cmd = ["simple_switch_grpc", "--no-p4", "--device-id", str(self.device_id),
                "--thrift-port", str(self.thrift_port),
-               "--notifications-addr", self.notifications,
-               "--log-file", str(self.log_path.with_suffix(".bmv2")), "--log-flush"]
+               "--notifications-addr", self.notifications]
+        if self.log_packets:
+            cmd += ["--log-file", str(self.log_path.with_suffix(".bmv2")), "--log-flush"]
         for port, ifname in sorted(self.interfaces.items()):
             cmd += ["-i", f"{port}@{ifname}"]
-        return cmd + ["--", "--grpc-server-addr", self.grpc_addr]
+        cmd += ["--", "--grpc-server-addr", self.grpc_addr]
+        if self.cpu is not None:  # every thread of the switch on that CPU
+            cmd = ["taskset", "-c", str(self.cpu)] + cmd
+        return cmd
 
     def device_config(self) -> bytes:
         json_path, _ = compile_p4()
         return json_path.read_bytes()
 
+    def fresh_pipeline(self, conn):
+        """BMv2 keeps register and counter values across a VERIFY_AND_COMMIT of the
+        same program; they are reset through its Thrift CLI, so "fresh" means the
+        same on both targets."""
+        super().fresh_pipeline(conn)
+        names = [f"register_reset {r.name}" for r in conn.p4info.registers.values()]
+        names += [f"counter_reset {c.name}" for c in conn.p4info.counters.values()]
+        out = self.cli(names)
+        if "Error" in out or "Invalid" in out:
+            raise TargetError(f"{self.name}: resetting registers and counters failed: "
+                              f"{out[-500:]}")
+
+    def cli(self, commands: list[str]) -> str:
+        """Run ``simple_switch_CLI`` commands on this switch (Thrift); returns its output."""
+        try:
+            res = subprocess.run(["simple_switch_CLI", "--thrift-port", str(self.thrift_port)],
+                                 input="\n".join(commands) + "\n", capture_output=True,
+                                 text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise TargetError(f"{self.name}: simple_switch_CLI failed: {exc}") from None
+        return res.stdout + res.stderr
+
     def register_read(self, name: str) -> list[int]:
         """A whole register array through BMv2's Thrift CLI (P4Runtime cannot)."""
-        res = subprocess.run(["simple_switch_CLI", "--thrift-port", str(self.thrift_port)],
-                             input=f"register_read {name}\n", capture_output=True, text=True,
-                             timeout=60)
-        for line in res.stdout.splitlines():
+        out = self.cli([f"register_read {name}"])
+        for line in out.splitlines():
             if "=" in line and name in line:
                 return [int(v) for v in line.split("=", 1)[1].split(",") if v.strip()]
-        raise TargetError(f"register_read {name} failed: {res.stdout[-500:]} {res.stderr[-500:]}")
+        raise TargetError(f"register_read {name} failed: {out[-1000:]}")
+
+    def describe(self) -> dict:
+        return {"target": self.kind, "log_packets": self.log_packets, **toolchain()}
 
     def stop(self, timeout: float = 5.0):
         super().stop(timeout)
@@ -195,9 +272,10 @@ class BMv2Target(SwitchProcess):
             os.unlink(path)
 
 
-def make_target(kind: str, *args, thrift_port: int | None = None, **kwargs) -> SwitchProcess:
+def make_target(kind: str, *args, thrift_port: int | None = None, log_packets: bool = False,
+                **kwargs) -> SwitchProcess:
     if kind == "embedded":
         return EmbeddedTarget(*args, **kwargs)
     if kind == "bmv2":
-        return BMv2Target(*args, thrift_port=thrift_port, **kwargs)
+        return BMv2Target(*args, thrift_port=thrift_port, log_packets=log_packets, **kwargs)
     raise TargetError(f"unknown target {kind!r}: choose one of {', '.join(TARGETS)}")
