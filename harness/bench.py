@@ -159,13 +159,78 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
 
 
 def testbed_bench(topo: str, bits: int, bw: float | None, iterations: int, workdir: Path,
-                  jobs: int, mode: str = "ina") -> dict:
+                  jobs: int, mode: str = "ina", workers: int = 4) -> dict:
     """One ``up`` run; returns its summary."""
     from .config import RunConfig
     from .run import Run
-    cfg = RunConfig(topo=topo, jobs=jobs, workers=4, bits=[bits], iterations=iterations,
+    cfg = RunConfig(topo=topo, jobs=jobs, workers=workers, bits=[bits], iterations=iterations,
                     bw=bw, results_dir=str(workdir), mode=mode)
     return Run(cfg, echo=lambda *a, **k: None).execute()
+
+
+def link_bound_time(summary: dict) -> float | None:
+    """Seconds the busiest link direction needs for the bytes it carried in the run,
+    at the configured link rate (None for unshaped links)."""
+    bw = summary["links"]["bw_mbit"]
+    if not bw or not summary["link_bytes"]:
+        return None
+    busiest = max(max(v["bytes_sent"], v["bytes_recv"]) for v in summary["link_bytes"].values())
+    return busiest * 8 / (bw * 1e6)
+
+
+def transport_table(workdir: Path, iterations: int, bandwidths=(0.3, 1.0, 10.0, None)):
+    """Retransmissions and time against the link-rate prediction, star, one job."""
+    print(f"transport: star, 1 job x 4 workers, {iterations} iterations; 'link s' is what "
+          "the busiest link needs for the bytes it carried")
+    print(f"{'Mbit/s':>7} {'bits':>4} {'retx':>5} {'timeouts':>8} {'iter ms':>8} "
+          f"{'run s':>7} {'link s':>7} {'run/link':>8}")
+    for bw in bandwidths:
+        for bits in (4, 32):
+            s = testbed_bench("star", bits, bw, iterations, workdir, 1)
+            j = s["jobs"][0]
+            bound = link_bound_time(s)
+            print(f"{bw or 'none':>7} {bits:>4} {j['retransmissions']:>5} {j['timeouts']:>8} "
+                  f"{1e3 * j['iteration_completion_mean_s']:>8.1f} {s['span_s']:>7.2f} "
+                  f"{bound if bound else float('nan'):>7.2f} "
+                  f"{s['span_s'] / bound if bound else float('nan'):>8.2f}", flush=True)
+
+
+def repeat_table(workdir: Path, iterations: int, bw: float, repeat: int):
+    """The same run ``repeat`` times: mean iteration time per run and their spread."""
+    means = []
+    print(f"repeatability: leafspine, 2 jobs x 4 workers, b=4, {bw} Mbit/s, {iterations} "
+          f"iterations, {repeat} runs")
+    for k in range(repeat):
+        s = testbed_bench("leafspine", 4, bw, iterations, workdir, 2)
+        m = float(np.mean([j["iteration_completion_mean_s"] for j in s["jobs"]]))
+        retx = sum(j["retransmissions"] for j in s["jobs"])
+        means.append(m)
+        print(f"  run {k + 1}: iteration {1e3 * m:.1f} ms, {retx} retransmissions", flush=True)
+    mean, sd = float(np.mean(means)), float(np.std(means, ddof=1)) if repeat > 1 else 0.0
+    print(f"  mean {1e3 * mean:.1f} ms, sd {1e3 * sd:.1f} ms, coefficient of variation "
+          f"{100 * sd / mean:.1f}%")
+
+
+def comparison_table(workdir: Path, iterations: int, bw: float):
+    """Elements/s of b=4 against b=32 and against a b=4 ring all-reduce."""
+    print(f"links {bw} Mbit/s, 4 workers per job, {iterations} iterations")
+    print(f"{'topology':>10} {'jobs':>4} {'mode':>4} {'bits':>4} {'Melem/s':>9} "
+          f"{'iter ms':>8} {'p99 ms':>7} {'up->first pkt s':>15}")
+    for topo, jobs in (("star", 1), ("leafspine", 2)):
+        rates = {}
+        for mode, bits in (("ina", 4), ("ina", 32), ("ring", 4)):
+            s = testbed_bench(topo, bits, bw, iterations, workdir, jobs, mode)
+            for j in s["jobs"]:
+                rates.setdefault((mode, bits), []).append(j["elements_per_s"])
+                print(f"{topo:>10} {jobs:>4} {mode:>4} {bits:>4} "
+                      f"{j['elements_per_s'] / 1e6:>9.4f} "
+                      f"{1e3 * j['iteration_completion_mean_s']:>8.1f} "
+                      f"{1e3 * j['iteration_completion_p99_s']:>7.1f} "
+                      f"{s['startup_to_first_send_s']:>15.2f}", flush=True)
+        total = {key: sum(v) for key, v in rates.items()}
+        print(f"{topo:>10}: in the switch, b=4 moves "
+              f"{total['ina', 4] / total['ina', 32]:.1f}x the elements/s of b=32 and "
+              f"{total['ina', 4] / total['ring', 4]:.1f}x those of a b=4 ring all-reduce")
 
 
 def main(argv=None) -> int:
@@ -182,30 +247,15 @@ def main(argv=None) -> int:
                                         "all-reduce, on real topologies")
     tb.add_argument("--bw", type=float, default=1.0, help="link Mbit/s (links the bottleneck)")
     tb.add_argument("--iterations", type=int, default=6)
+    tb.add_argument("--repeat", type=int, default=3, help="runs of one config, for the CV")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
     if args.what == "testbed":
-        print(f"links {args.bw} Mbit/s, 4 workers per job, {args.iterations} iterations")
-        print(f"{'topology':>10} {'jobs':>4} {'mode':>4} {'bits':>4} {'Melem/s':>9} "
-              f"{'iter ms':>8} {'p99 ms':>7} {'up->first pkt s':>15}")
         with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
-            for topo, jobs in (("star", 1), ("leafspine", 2)):
-                rates = {}
-                for mode, bits in (("ina", 4), ("ina", 32), ("ring", 4)):
-                    s = testbed_bench(topo, bits, args.bw, args.iterations, Path(tmp), jobs,
-                                      mode)
-                    for j in s["jobs"]:
-                        rates.setdefault((mode, bits), []).append(j["elements_per_s"])
-                        print(f"{topo:>10} {jobs:>4} {mode:>4} {bits:>4} "
-                              f"{j['elements_per_s'] / 1e6:>9.4f} "
-                              f"{1e3 * j['iteration_completion_mean_s']:>8.1f} "
-                              f"{1e3 * j['iteration_completion_p99_s']:>7.1f} "
-                              f"{s['startup_to_first_send_s']:>15.2f}", flush=True)
-                total = {key: sum(v) for key, v in rates.items()}
-                print(f"{topo:>10}: in the switch, b=4 moves "
-                      f"{total['ina', 4] / total['ina', 32]:.1f}x the elements/s of b=32 and "
-                      f"{total['ina', 4] / total['ring', 4]:.1f}x those of a b=4 ring all-reduce")
+            transport_table(Path(tmp), args.iterations)
+            repeat_table(Path(tmp), args.iterations, args.bw, args.repeat)
+            comparison_table(Path(tmp), args.iterations, args.bw)
         return 0
     return switch_table(args.target or ["embedded"], args.bits or [4, 32], args.rate,
                         args.seconds)

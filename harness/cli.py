@@ -150,6 +150,8 @@ def print_summary(summary: dict, directory: Path):
                    f"{j['rel_error_mean']:>8.4f} {j['retransmissions']:>5}")
     if summary.get("startup_to_first_send_s") is not None:
         click.echo(f"first packet {summary['startup_to_first_send_s']:.1f} s after start")
+    for warning in summary.get("validity", {}).get("warnings", []):
+        click.echo(f"warning: {warning}", err=True)
     for err in summary.get("errors", []):
         click.echo(f"error: {err}", err=True)
     click.echo(f"results: {directory}")
@@ -289,10 +291,14 @@ def bench_switch(targets, bits, rate, seconds):
 @bench.command("testbed")
 @click.option("--bw", type=float, default=1.0, show_default=True, help="link Mbit/s")
 @click.option("--iterations", type=int, default=6, show_default=True)
-def bench_testbed(bw, iterations):
-    """Elements/s and iteration time, b=4 against b=32, on star and leaf-spine (root)."""
+@click.option("--repeat", type=int, default=3, show_default=True,
+              help="runs of one configuration, for the coefficient of variation")
+def bench_testbed(bw, iterations, repeat):
+    """Transport (retransmissions, time against the link rate, repeatability) and
+    elements/s of b=4 against b=32 and a ring, on star and leaf-spine (root)."""
     from . import bench as b
-    sys.exit(b.main(["testbed", "--bw", str(bw), "--iterations", str(iterations)]))
+    sys.exit(b.main(["testbed", "--bw", str(bw), "--iterations", str(iterations),
+                     "--repeat", str(repeat)]))
 
 
 @bench.command("codec")

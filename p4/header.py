@@ -68,6 +68,9 @@ _NUMPY_CODE = {(8, False): "u1", (8, True): "i1", (16, False): ">u2", (16, True)
 FIELD_NAMES = tuple(f.name for f in QAINA_FIELDS)
 QAINA_STRUCT = struct.Struct("!" + "".join(_STRUCT_CODE[f.bits, f.signed] for f in QAINA_FIELDS))
 QAINA_LEN = QAINA_STRUCT.size
+#: byte offset of each field in the header
+FIELD_OFFSETS = {f.name: sum(g.bits for g in QAINA_FIELDS[:i]) // 8
+                 for i, f in enumerate(QAINA_FIELDS)}
 PAYLOAD_LEN = 4 * QAINA_WORDS
 UDP_TOTAL_LEN = UDP_LEN + QAINA_LEN + PAYLOAD_LEN  # value of udp.length_
 IPV4_TOTAL_LEN = IPV4_LEN + UDP_TOTAL_LEN  # value of ipv4.totalLen

@@ -30,10 +30,10 @@ from ..p4.constants import DROP_NAMES, REGISTER_BITS_PER_SLOT
 from ..p4.header import QAINA_WORDS
 
 ITERATION_COLUMNS = ["job", "worker", "iteration", "start", "end", "completion_s", "elements",
-                     "values", "compressed", "packets_sent", "packets_received", "bytes_sent", "bytes_received",
-                     "retransmissions", "duplicates", "send_errors", "clipped", "rel_error",
-                     "encode_s",
-                     "decode_s", "rtt_median_s"]
+                     "values", "compressed", "packets_sent", "packets_received", "bytes_sent",
+                     "bytes_received", "retransmissions", "timeouts", "fast_retransmits",
+                     "duplicates", "refused", "send_errors", "clipped", "rel_error", "encode_s",
+                     "decode_s", "rtt_median_s", "window_mean"]
 TIMESERIES_COLUMNS = ["time", "kind", "switch", "job", "interface", "slots_opened",
                       "slots_closed", "slots_in_use", "agg_packets", "retx_answered",
                       "results_sent", "bytes_sent", "bytes_recv", "packets_sent",
@@ -148,10 +148,44 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
         rel_error_mean=float(np.mean([r["rel_error"] for r in mine])),
         rel_error_max=float(np.max([r["rel_error"] for r in mine])),
         retransmissions=int(sum(r["retransmissions"] for r in mine)),
+        timeouts=int(sum(r["timeouts"] or 0 for r in mine)),
+        refused=int(sum(r["refused"] or 0 for r in mine)
+                    + sum(w.get("refused", 0) for w in warmups)),
         clipped_elements=int(sum(r["clipped"] for r in mine)),
         bytes_sent=int(sum(r["bytes_sent"] for r in mine)),
         bytes_received=int(sum(r["bytes_received"] for r in mine)),
     )
+    return out
+
+
+def validity(rows: list[dict], jobs: list[dict], cpu: dict | None) -> dict:
+    """What may make the run's figures untrustworthy, with a warning for each that
+    applies: packets the agents refused, retransmissions, clipped values, and
+    saturated CPUs (``cpu``: busy shares the harness sampled, see ``harness/run.py``)."""
+    sent = sum(r["packets_sent"] or 0 for r in rows)
+    retx = sum(r["retransmissions"] or 0 for r in rows)
+    values = sum(r["values"] or 0 for r in rows)
+    clipped = sum(r["clipped"] or 0 for r in rows)
+    out = {
+        "refused_packets": sum(j.get("refused", 0) for j in jobs),
+        "retransmission_share": retx / sent if sent else 0.0,
+        "clipped_share": clipped / values if values else 0.0,
+        "cpu": cpu,
+        "warnings": [],
+    }
+    warn = out["warnings"]
+    if out["refused_packets"]:
+        warn.append(f"agents refused {out['refused_packets']} datagrams that were not results "
+                    "of their aggregator: something else sent to the workers' port")
+    if out["retransmission_share"] > 0.01:
+        warn.append(f"{100 * out['retransmission_share']:.1f}% of the packets were "
+                    "retransmissions: timings include loss recovery")
+    if out["clipped_share"] > 0.001:
+        warn.append(f"{100 * out['clipped_share']:.2f}% of the values were clipped to a "
+                    "predicted scale: the error includes clipping")
+    if cpu and cpu.get("saturated"):
+        warn.append(f"CPU saturated during the run ({cpu['saturated']}): timings measure "
+                    "the machine, not the network")
     return out
 
 
@@ -204,10 +238,13 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},
         "startup_to_first_send_s": (first_send - meta["events"]["invoked"]
                                     if first_send else None),
+        # first packet of any agent (warm-up included) to the last iteration done
+        "span_s": (max(r["end"] for r in rows) - first_send) if rows and first_send else None,
         "events": meta["events"],
         "jobs": jobs,
         "link_bytes": link_summary(link_samples),
         "errors": writer.errors + [e for e in errors if e],
+        "validity": validity(rows, jobs, meta.get("cpu")),
         "software": software_versions(),
         "config": config,
         "written": time.time(),

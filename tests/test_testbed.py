@@ -123,6 +123,20 @@ def test_lossy_links_still_aggregate_every_chunk_exactly_once(tmp_path):
     assert "qaina_loss" not in tables  # loss rules (where netem is missing) are removed
 
 
+def test_slow_lossless_links_need_no_retransmission(tmp_path):
+    """0.3 Mbit/s links queue a whole window: the RTO follows the queueing delay,
+    nothing is resent, and the run takes what the links need for its bytes."""
+    from qaina_bench.harness.bench import link_bound_time
+    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[32],
+                                 iterations=2, bw=0.3)
+    assert summary["complete"], summary["errors"]
+    check_exact_aggregates(directory, summary)
+    job = summary["jobs"][0]
+    assert job["retransmissions"] == 0 and job["timeouts"] == 0
+    assert summary["validity"]["retransmission_share"] == 0
+    assert 0.85 < summary["span_s"] / link_bound_time(summary) < 1.15
+
+
 def test_summary_agrees_with_the_iteration_table(tmp_path):
     summary, directory = execute(tmp_path, topo="star", jobs=2, workers=2, bits=[2],
                                  iterations=2)
@@ -259,3 +273,50 @@ def test_a_switch_that_dies_is_named_with_its_log_and_nothing_is_left(tmp_path, 
     assert summary["status"] == "failed" and summary["errors"]
     assert not Path("/run/qaina-bench/dead-switch.json").exists()
     assert not Path("/sys/class/net/s1-eth1").exists()
+
+
+FORGER = """
+import socket, struct, sys, time
+from qaina_bench.p4.header import FLAG_RESULT, QAINA_STRUCT, QAINA_UDP_PORT, QAINA_WORDS
+target, job, worker = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+junk = struct.pack("!%dI" % QAINA_WORDS, *([0x5A5A5A5A] * QAINA_WORDS))
+end = time.monotonic() + float(sys.argv[4])
+while time.monotonic() < end:
+    for seq in range(400):
+        s.sendto(QAINA_STRUCT.pack(job, worker, FLAG_RESULT, 0, 0, 0, seq) + junk,
+                 (target, QAINA_UDP_PORT))
+    time.sleep(0.01)
+"""
+
+
+def test_forged_results_from_another_host_are_refused_and_reported(tmp_path):
+    """Job 2's host floods job 1's worker with results for every sequence number; the
+    worker takes results only from its aggregator, stays exact, and the run says
+    packets were refused."""
+    import threading
+    cfg = RunConfig(results_dir=str(tmp_path), record_levels=True, topo="star", jobs=2,
+                    workers=2, bits=[8], iterations=6, bw=1)
+    run = Run(cfg, echo=lambda *a, **k: None)
+    forgers = []
+
+    def forge():  # from h3 (job 2) to h1 (job 1, worker 0), once the agents go
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "agents_go" not in run.events:
+            time.sleep(0.05)
+        forgers.append(run.testbed.host("h3").popen(
+            [sys.executable, "-c", FORGER, run.testbed.host("h1").IP(), "1", "0", "3"]))
+
+    thread = threading.Thread(target=forge)
+    thread.start()
+    box = {"summary": run.execute()}
+    thread.join()
+    assert forgers and forgers[0].wait(30) == 0
+    summary = box["summary"]
+    assert summary["complete"], summary["errors"]
+    check_exact_aggregates(run.dir, summary)
+    job1 = summary["jobs"][0]
+    assert job1["rel_error_max"] < 0.1
+    assert job1["refused"] > 0 and summary["validity"]["refused_packets"] == job1["refused"]
+    assert any("refused" in w for w in summary["validity"]["warnings"])
