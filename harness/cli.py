@@ -172,14 +172,18 @@ def doctor():
 @main.command()
 def clean():
     """Remove what crashed runs left behind (only what their records list)."""
-    from .record import stale_records
+    import time
+    from .record import leftover_temp_files, stale_records
     recs = stale_records()
-    if not recs:
-        click.echo("nothing to clean")
-        return
     for rec in recs:
         for line in rec.remove() or ["nothing left"]:
             click.echo(f"{rec.run_id}: {line}")
+    temps = [p for p in leftover_temp_files() if time.time() - p.stat().st_mtime > 60]
+    for path in temps:
+        path.unlink(missing_ok=True)
+        click.echo(f"removed the half-written record {path}")
+    if not recs and not temps:
+        click.echo("nothing to clean")
 
 
 # -- traces --------------------------------------------------------------------------

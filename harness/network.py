@@ -9,6 +9,7 @@ per host and per aggregator address), and programs jobs on the aggregating switc
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from collections import deque
 from functools import partial
@@ -24,8 +25,13 @@ from .jobs import Job, Worker, ip_to_int, mac_to_int, program_aggregator, progra
 from .record import RunRecord
 from .targets import make_target
 
-GRPC_PORT_BASE = 50100
-THRIFT_PORT_BASE = 9190
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def aggregator_ip(device_id: int) -> str:
@@ -56,19 +62,20 @@ class QainaSwitch(Switch):
         self.record = record
         self.target = None
 
-    @property
-    def grpc_port(self) -> int:
-        return GRPC_PORT_BASE + self.device_id
-
     def start(self, controllers):
         interfaces = {self.ports[intf]: intf.name for intf in self.intfList()
                       if intf.name != "lo"}
         for ifname in interfaces.values():
             quiet_interface(ifname)
-        self.target = make_target(self.target_kind, self.name, interfaces, self.grpc_port,
+        # Fresh ports from the kernel for every run: never a dead run's switch's.
+        grpc_port, thrift_port = free_port(), free_port()
+        self.target = make_target(self.target_kind, self.name, interfaces, grpc_port,
                                   self.device_id, self.log_dir / f"{self.name}.log",
-                                  thrift_port=THRIFT_PORT_BASE + self.device_id,
-                                  log_packets=self.log_packets)
+                                  thrift_port=thrift_port, log_packets=self.log_packets)
+        if self.record is not None:
+            self.record.add_port(grpc_port, f"P4Runtime of {self.name}")
+            if self.target_kind == "bmv2":
+                self.record.add_port(thrift_port, f"Thrift of {self.name}")
         self.target.start()
         if self.record is not None:
             self.record.add_process(self.target.pid, f"switch {self.name}")
@@ -112,8 +119,9 @@ class Testbed:
             self.net.addLink(**params)
         for node in self.net.hosts + self.net.switches:
             self.record.add_process(node.pid, f"mininet shell {node.name}")
-        for link in self.net.links:
+        for link in self.net.links:  # both ends: one of them is in the root namespace
             self.record.add_interface(link.intf1.name)
+            self.record.add_interface(link.intf2.name)
         self.record.save()
         self.net.build()
         self.net.start()
@@ -211,14 +219,28 @@ class Testbed:
 
     # -- teardown ----------------------------------------------------------------------
     def stop(self):
+        """Stop everything; if Mininet cannot (a shell left mid-command), remove what
+        the run record lists instead. Raises only if something is still left."""
         for conn in self.conns.values():
             try:
                 conn.close()
             except Exception:  # the switch may already be gone
                 pass
         self.conns.clear()
+        problem = None
         if self.net is not None:
-            self.net.stop()
+            try:
+                self.net.stop()
+            except Exception as exc:
+                problem = exc or "Mininet teardown failed"
+                for sw in self.net.switches:  # our switch processes, by their handles
+                    if sw.target is not None:
+                        sw.target.stop()
+                self.record.remove_resources()
             self.net = None
         if self.nft_loss:
             remove_table(self.loss_table)
+        left = self.record.leftovers()
+        if left:
+            raise RuntimeError(f"teardown left {', '.join(left)}"
+                               + (f" ({problem!r})" if problem else ""))

@@ -1,9 +1,10 @@
 """What a run started, written down so that it, and only it, can be removed.
 
 A run keeps ``/run/qaina-bench/<run-id>.json`` up to date with the PIDs it started
-(each with the command line it had, so a reused PID is never mistaken for ours), the
-interfaces it created and the nftables tables it added. ``qaina-bench clean`` reads the records
-of runs whose owner process is gone and removes exactly what they list.
+(each with its start time, so a reused PID is never mistaken for ours), both ends of
+every link it created, the ports its switches listen on and the nftables tables it
+added. ``qaina-bench clean``, and the next ``up``, read the records of runs whose
+owner process is gone and remove exactly what they list.
 """
 
 from __future__ import annotations
@@ -12,20 +13,25 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import psutil
 
-RECORD_DIR = Path(os.environ.get("QAINA_RECORD_DIR", "/run/qaina-bench"))
+def record_dir() -> Path:
+    """Where run records live: ``$QAINA_RECORD_DIR``, by default /run/qaina-bench."""
+    return Path(os.environ.get("QAINA_RECORD_DIR", "/run/qaina-bench"))
+
 
 
 class RunRecord:
-    def __init__(self, run_id: str, directory: Path = RECORD_DIR):
+    def __init__(self, run_id: str, directory: Path | None = None):
         self.run_id = run_id
-        self.path = Path(directory) / f"{run_id}.json"
-        self.data = {"run_id": run_id, "owner": os.getpid(), "processes": [],
-                     "interfaces": [], "nft_tables": [], "created": time.time()}
+        self.path = Path(directory or record_dir()) / f"{run_id}.json"
+        self.data = {"run_id": run_id, "owner": os.getpid(),
+                     "owner_started": _start_time(os.getpid()), "processes": [],
+                     "interfaces": [], "nft_tables": [], "ports": [], "created": time.time()}
 
     @classmethod
     def load(cls, path: Path) -> "RunRecord":
@@ -36,20 +42,25 @@ class RunRecord:
         return rec
 
     def save(self):
+        """Write the record whole or not at all (a half-written one is never left)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1))
-        tmp.replace(self.path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(self.data, indent=1))
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     def add_process(self, pid: int | None, what: str):
         if pid is None:
             return
-        try:
-            cmdline = psutil.Process(pid).cmdline()
-        except psutil.Error:
-            cmdline = []
-        self.data["processes"].append({"pid": pid, "what": what, "cmdline": cmdline})
+        self.data["processes"].append({"pid": pid, "what": what, "started": _start_time(pid)})
         self.save()
+
+    def add_port(self, port: int, what: str):
+        self.data["ports"].append({"port": port, "what": what})
 
     def add_interface(self, name: str):
         if name not in self.data["interfaces"]:
@@ -57,29 +68,37 @@ class RunRecord:
 
     def owner_alive(self) -> bool:
         """Whether the process that made the record still runs."""
-        try:
-            return psutil.Process(self.data["owner"]).is_running()
-        except psutil.Error:
-            return False
+        return _same_process(self.data["owner"], self.data.get("owner_started"))
 
     def remove(self) -> list[str]:
-        """Remove everything listed that still exists; returns what was done."""
-        done = []
+        """Remove everything listed that still exists, and the record; returns what
+        was done."""
+        done = self.remove_resources()
+        self.path.unlink(missing_ok=True)
+        return done
+
+    def remove_resources(self) -> list[str]:
+        """Stop the listed processes that are still ours, delete the listed interfaces
+        and nftables tables that still exist; returns what was done."""
+        procs = []
         for proc in self.data["processes"]:
-            try:
-                p = psutil.Process(proc["pid"])
-                if proc["cmdline"] and p.cmdline() != proc["cmdline"]:
-                    continue  # the PID now belongs to something else
-                p.send_signal(signal.SIGTERM)
+            if _same_process(proc["pid"], proc.get("started")):
                 try:
-                    p.wait(3)
-                except psutil.TimeoutExpired:
-                    p.kill()
-                done.append(f"stopped {proc['what']} (pid {proc['pid']})")
+                    p = psutil.Process(proc["pid"])
+                    p.send_signal(signal.SIGTERM)
+                    procs.append((p, proc))
+                except psutil.Error:
+                    pass
+        _, alive = psutil.wait_procs([p for p, _ in procs], timeout=3)
+        for p in alive:
+            try:
+                p.kill()
             except psutil.Error:
                 pass
+        psutil.wait_procs(alive, timeout=3)
+        done = [f"stopped {proc['what']} (pid {proc['pid']})" for _, proc in procs]
         for name in self.data["interfaces"]:
-            if Path(f"/sys/class/net/{name}").exists():
+            if _interface_exists(name):
                 subprocess.run(["ip", "link", "del", name], capture_output=True)
                 done.append(f"deleted interface {name}")
         for table in self.data.get("nft_tables", []):
@@ -87,27 +106,67 @@ class RunRecord:
                                  capture_output=True)
             if res.returncode == 0:
                 done.append(f"deleted nftables table {table}")
-        self.path.unlink(missing_ok=True)
         return done
+
+    def leftovers(self, wait: float = 2.0) -> list[str]:
+        """What the record lists that still exists (after up to ``wait`` seconds for
+        the kernel to finish removing namespaces)."""
+        deadline = time.monotonic() + wait
+        while True:
+            left = [f"process {p['what']} ({p['pid']})" for p in self.data["processes"]
+                    if _same_process(p["pid"], p.get("started"))]
+            left += [f"interface {n}" for n in self.data["interfaces"] if _interface_exists(n)]
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.1)
 
     def close(self):
         """The run ended cleanly: forget the record."""
         self.path.unlink(missing_ok=True)
 
 
-def _records(directory: Path):
-    for path in sorted(Path(directory).glob("*.json")):
+def _start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _same_process(pid: int, started: float | None) -> bool:
+    """Whether ``pid`` is still the process that started at ``started`` (a PID the
+    kernel gave to another process since is not)."""
+    try:
+        p = psutil.Process(pid)
+        if started is not None and abs(p.create_time() - started) > 0.05:
+            return False
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _interface_exists(name: str) -> bool:
+    """Whether ``name`` exists in this (the root) network namespace."""
+    return Path(f"/sys/class/net/{name}").exists()
+
+
+def leftover_temp_files(directory: Path | None = None) -> list[Path]:
+    """Half-written records of runs that died while saving."""
+    return [p for p in Path(directory or record_dir()).glob(".*.json.*") if p.is_file()]
+
+
+def _records(directory: Path | None):
+    for path in sorted(Path(directory or record_dir()).glob("*.json")):
         try:
             yield RunRecord.load(path)
         except (OSError, ValueError, KeyError):
             continue  # not a record of ours, or one being written
 
 
-def stale_records(directory: Path = RECORD_DIR) -> list[RunRecord]:
+def stale_records(directory: Path | None = None) -> list[RunRecord]:
     """Records of runs whose owner process is no longer alive."""
     return [rec for rec in _records(directory) if not rec.owner_alive()]
 
 
-def live_records(directory: Path = RECORD_DIR) -> list[RunRecord]:
+def live_records(directory: Path | None = None) -> list[RunRecord]:
     """Records of runs still going (their owner process is alive)."""
     return [rec for rec in _records(directory) if rec.owner_alive()]

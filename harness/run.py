@@ -30,7 +30,7 @@ from .config import ConfigError, RunConfig
 from .jobs import Job, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
 from .network import Testbed, aggregator_ip
-from .record import RunRecord, live_records
+from .record import RunRecord, live_records, stale_records
 
 COUNTERS = ("MyIngress.slots_opened", "MyIngress.slots_closed", "MyIngress.agg_packets",
             "MyIngress.retx_answered", "MyEgress.results_sent")
@@ -68,6 +68,35 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt
 
 
+class deferred_signals:
+    """Ctrl-C and SIGTERM wait until the block is done, then interrupt: Mininet and
+    the bookkeeping of a started process must not be cut in the middle."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self):
+        self.caught = None
+        self.previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
+        return self
+
+    def _note(self, signum, frame):
+        self.caught = signum
+
+    def __exit__(self, kind, value, tb):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+        if self.caught is not None and kind is None:
+            raise KeyboardInterrupt
+
+
+class ignored_signals(deferred_signals):
+    """Ctrl-C and SIGTERM are ignored in the block (teardown runs to its end)."""
+
+    def __exit__(self, kind, value, tb):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
 def agent_env() -> dict:
     """Agents run single-threaded numpy: many share two cores with the switches, and
     GradiVeQ needs every worker's basis fit to give identical results."""
@@ -88,6 +117,18 @@ def build_topology(cfg: RunConfig, netem: bool = True):
     hosts = cfg.jobs * cfg.workers
     link = LinkParams(cfg.bw, cfg.delay, cfg.loss if netem else None)
     return TOPOLOGIES[cfg.topo](hosts=hosts, link=link, spines=cfg.spines, leaves=cfg.leaves)
+
+
+def check_names_free(topo_name: str, topo):
+    """Refuse to start when an interface the topology's switches will create exists
+    already (left by a run without a record, or another program)."""
+    switches = set(topo.switches())
+    taken = sorted(p.name for p in Path("/sys/class/net").iterdir()
+                   if p.name.split("-eth")[0] in switches and "-eth" in p.name)
+    if taken:
+        raise ConfigError(f"interface {taken[0]} exists already ({len(taken)} of the "
+                          f"{topo_name} switches' names are taken): run `qaina-bench clean`, "
+                          f"or remove them with `ip link del {taken[0]}`")
 
 
 class Run:
@@ -115,6 +156,11 @@ class Run:
         if busy:
             raise ConfigError(f"run {busy[0].run_id} (pid {busy[0].data['owner']}) is still "
                               "running; wait for it or stop it first (one testbed at a time)")
+        for rec in stale_records():  # a crashed run: remove exactly what it recorded
+            removed = rec.remove()
+            echo(f"run {rec.run_id} ended without tearing down; removed what it left: "
+                 f"{'; '.join(removed) or 'nothing was left'}")
+        check_names_free(cfg.topo, build_topology(cfg))
         cfg.run_id = cfg.run_id or new_run_id(cfg)
         self.dir = Path(cfg.results_dir) / cfg.run_id
         if self.dir.exists():
@@ -148,13 +194,9 @@ class Run:
             self.writer.note_error(f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            # A second Ctrl-C must not cut the teardown short.
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-            try:
+            with ignored_signals():  # another Ctrl-C or SIGTERM must not cut it short
                 self._teardown()
                 summary = self._write_results()
-            finally:
-                signal.signal(signal.SIGINT, previous)
         return summary
 
     def _bring_up(self):
@@ -167,7 +209,8 @@ class Run:
             self.echo(f"  link loss {cfg.loss}% per direction by nftables (no netem here)")
         self.testbed = Testbed(topo, cfg.target, self.writer.log_dir, self.record, nft_loss,
                                log_packets=cfg.switch_log)
-        self.testbed.start()
+        with deferred_signals():
+            self.testbed.start()
         self.switch_program = self.testbed.switch_program()
         self.events["network_up"] = time.time()
         agg = topo.aggregator
@@ -207,12 +250,12 @@ class Run:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 acfg.save(path)
                 log = self.writer.log_dir / f"agent-{name}.log"
-                with open(log, "wb") as out:
+                with deferred_signals(), open(log, "wb") as out:
                     popen = self.testbed.host(host).popen(
                         [sys.executable, "-m", "qaina_bench.hosts.agent", str(path)],
                         stdout=out, stderr=out, stdin=None, env=agent_env())
-                self.record.add_process(popen.pid, f"agent {name} on {host}")
-                self.agents.append(AgentProcess(job.job_id, w.index, host, acfg, popen, log))
+                    self.agents.append(AgentProcess(job.job_id, w.index, host, acfg, popen, log))
+                    self.record.add_process(popen.pid, f"agent {name} on {host}")
         # Start together once every agent has loaded its trace.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -303,6 +346,7 @@ class Run:
             try:
                 self.testbed.stop()
             except Exception as exc:
+                self.writer.note_error(f"teardown: {exc}")
                 self.echo(f"teardown: {exc}; `qaina-bench clean` removes what is left")
                 return
         self.record.close()

@@ -17,6 +17,20 @@ IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root: veth pairs, raw sockets")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def record_dir(tmp_path_factory):
+    """Run records of the tests (and of the CLIs they start) in a directory of their
+    own, never among a user's runs in /run/qaina-bench."""
+    path = tmp_path_factory.mktemp("records")
+    old = os.environ.get("QAINA_RECORD_DIR")
+    os.environ["QAINA_RECORD_DIR"] = str(path)
+    yield path
+    if old is None:
+        del os.environ["QAINA_RECORD_DIR"]
+    else:
+        os.environ["QAINA_RECORD_DIR"] = old
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,0 +1,196 @@
+"""Faults around real runs, as root: Ctrl-C at any moment, SIGTERM twice, kill -9 of the
+CLI, a switch that dies at start. Afterwards nothing the run started is left, and the
+next run works."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from qaina_bench.harness.config import RunConfig
+from qaina_bench.harness.record import RunRecord, record_dir, stale_records
+from qaina_bench.harness.run import Run
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
+    pytest.mark.skipif(shutil.which("mnexec") is None,
+                       reason="mnexec missing: apt-get install mininet"),
+]
+
+STAR = ["--topo", "star", "--jobs", "1", "--workers", "4"]
+
+
+def cli(tmp_path, run_id, *args) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "qaina_bench.harness.cli", "up", *STAR, *args,
+           "--results-dir", str(tmp_path), "--run-id", run_id]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def wait_for(condition, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def iterating(tmp_path, run_id, workers: int = 4) -> bool:
+    """Whether every agent has recorded an iteration."""
+    logs = list((tmp_path / run_id / "agents").glob("*.jsonl"))
+    return len(logs) == workers and all('"iteration"' in p.read_text() for p in logs)
+
+
+def record_of(run_id) -> dict | None:
+    try:
+        return json.loads((record_dir() / f"{run_id}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def leftovers(record_data: dict) -> list[str]:
+    """What a run's record lists that still exists (a fresh record object does the
+    check, with PIDs told apart by their start time)."""
+    rec = RunRecord(record_data["run_id"], directory=record_dir())
+    rec.data = record_data
+    return rec.leftovers()
+
+
+def test_ctrl_c_tears_everything_down_and_keeps_the_results(tmp_path):
+    proc = cli(tmp_path, "interrupted", "--iterations", "12", "--bits", "32", "--bw", "0.5")
+    wait_for(lambda: iterating(tmp_path, "interrupted"), what="the first iteration")
+    record = record_of("interrupted")
+    assert any(p["what"].startswith("agent") for p in record["processes"])
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out.decode()
+    summary = json.loads((tmp_path / "interrupted" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["complete"] is False
+    assert summary["jobs"][0]["iterations_done"] >= 1
+    assert record_of("interrupted") is None
+    assert leftovers(record) == []
+
+
+def test_ctrl_c_during_bring_up_leaves_nothing(tmp_path):
+    proc = cli(tmp_path, "early", "--iterations", "2")
+    record = wait_for(lambda: (r := record_of("early")) and r["processes"] and r,
+                      what="the first process in the run record")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out.decode()
+    assert b"Traceback" not in out and b"Aborted" not in out, out.decode()
+    summary = json.loads((tmp_path / "early" / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert record_of("early") is None
+    assert leftovers(record_of_last(record)) == []
+    assert not list(record_dir().glob(".*"))  # no half-written record either
+
+
+def record_of_last(first: dict) -> dict:
+    """The record as it was at its fullest: every link end the topology has."""
+    full = dict(first)
+    full["interfaces"] = sorted({*first["interfaces"], *(f"s1-eth{i}" for i in range(1, 5))})
+    return full
+
+
+def test_sigterm_twice_still_tears_down_and_writes_the_summary(tmp_path):
+    proc = cli(tmp_path, "terminated", "--iterations", "12", "--bits", "32", "--bw", "0.5")
+    wait_for(lambda: iterating(tmp_path, "terminated"), what="the first iteration")
+    record = record_of("terminated")
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)  # while tearing down
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out.decode()
+    assert b"Aborted" not in out, out.decode()
+    summary = json.loads((tmp_path / "terminated" / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert record_of("terminated") is None
+    assert leftovers(record) == []
+
+
+def test_after_kill_9_of_the_cli_the_next_run_removes_what_it_left(tmp_path):
+    proc = cli(tmp_path, "killed", "--iterations", "12", "--bits", "32", "--bw", "0.5")
+    wait_for(lambda: iterating(tmp_path, "killed"), what="the first iteration")
+    record = record_of("killed")
+    proc.kill()
+    proc.wait(10)
+    assert leftovers(record)  # the switch, the agents and the links are still there
+    assert [r.run_id for r in stale_records()] == ["killed"]
+    again = cli(tmp_path, "after-kill", "--iterations", "1")
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0, out.decode()
+    assert b"run killed ended without tearing down" in out
+    assert leftovers(record) == []
+    assert record_of("killed") is None
+
+
+def test_a_switch_that_dies_is_named_with_its_log_and_nothing_is_left(tmp_path, monkeypatch):
+    from qaina_bench.harness import targets
+    from qaina_bench.harness.targets import TargetError
+
+    def broken(self):
+        return [sys.executable, "-c", "import sys; print('bad switch build'); sys.exit(3)"]
+
+    monkeypatch.setattr(targets.EmbeddedTarget, "command", broken)
+    cfg = RunConfig(results_dir=str(tmp_path), topo="star", jobs=1, workers=2, iterations=1,
+                    run_id="dead-switch")
+    run = Run(cfg, echo=lambda *a, **k: None)
+    with pytest.raises(TargetError) as err:
+        run.execute()
+    message = str(err.value)
+    assert "s1" in message and "exited with code 3" in message
+    assert "s1.log" in message and "bad switch build" in message
+    summary = json.loads((tmp_path / "dead-switch" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["errors"]
+    assert record_of("dead-switch") is None
+    assert not Path("/sys/class/net/s1-eth1").exists()
+
+
+def test_clean_removes_exactly_what_a_crashed_run_recorded(tmp_path):
+    ours = subprocess.Popen(["sleep", "300"])
+    theirs = subprocess.Popen(["sleep", "300"])
+    subprocess.run(["ip", "link", "add", "qcleantest0", "type", "veth", "peer", "name",
+                    "qcleantest1"], check=True)
+    rec = RunRecord("crashed-run", directory=tmp_path)
+    rec.data["owner"] = 2 ** 22 + 12345  # no such process: the run is dead
+    rec.add_process(ours.pid, "switch s1")
+    rec.add_interface("qcleantest0")
+    rec.save()
+    try:
+        stale = stale_records(tmp_path)
+        assert [r.run_id for r in stale] == ["crashed-run"]
+        done = stale[0].remove()
+        assert any("qcleantest0" in d for d in done)
+        assert ours.wait(5) is not None
+        assert theirs.poll() is None  # not recorded: untouched
+        assert not Path("/sys/class/net/qcleantest0").exists()
+        assert not rec.path.exists()
+    finally:
+        theirs.kill()
+        ours.kill()
+        subprocess.run(["ip", "link", "del", "qcleantest0"], capture_output=True)
+
+
+def test_a_reused_pid_is_not_taken_for_a_recorded_process(tmp_path):
+    """A record whose PID now belongs to a process started later leaves it alone."""
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        rec = RunRecord("old-run", directory=tmp_path)
+        rec.data["owner"] = 2 ** 22 + 12346
+        rec.data["processes"].append({"pid": other.pid, "what": "agent",
+                                      "started": time.time() - 3600})
+        rec.save()
+        assert stale_records(tmp_path)[0].remove() == []
+        assert other.poll() is None
+    finally:
+        other.kill()
