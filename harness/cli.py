@@ -130,10 +130,27 @@ def run(config, run_id):
     execute(cfg)
 
 
+COLUMNS_HELP = """
+columns: job; b bits per value; w lane width (bits of a lane sum); m values per 32-bit
+register; iters iterations every worker completed; iter ms / p99 ms iteration
+completion time (a worker's first send to its last chunk dequantized), mean and 99th
+percentile; job s first send of iteration 0 to the last iteration done; Melem/s
+gradient elements aggregated per second; fp32 Gb/s the same as 32-bit values; slots
+pk / mean aggregator slots the job held (sampled switch counters); eff register-bit
+efficiency (value bits / register bits held); rel err |aggregate - exact fp32 sum| /
+|exact sum|, mean over workers and iterations; retx retransmissions. n/a: not
+applicable (ring mode: the switches only route). Definitions: README, "Results".
+"""
+
+
+def _cell(value, fmt: str, width: int) -> str:
+    return f"{'n/a':>{width}}" if value is None else f"{value:>{width}{fmt}}"
+
+
 def print_summary(summary: dict, directory: Path):
     click.echo(f"\n{summary['run_id']}: {summary['status']} ({summary['topology']}, "
-               f"{summary['target']})")
-    head = (f"{'job':>3} {'b':>3} {'w':>3} {'m':>2} {'iters':>5} {'iter ms':>8} {'p99 ms':>8} "
+               f"{summary['target']}, {summary.get('mode', 'ina')})")
+    head = (f"{'job':>3} {'b':>3} {'w':>3} {'m':>3} {'iters':>5} {'iter ms':>8} {'p99 ms':>8} "
             f"{'job s':>6} {'Melem/s':>8} {'fp32 Gb/s':>9} {'slots pk':>8} {'mean':>5} "
             f"{'eff':>5} {'rel err':>8} {'retx':>5}")
     click.echo(head)
@@ -141,12 +158,13 @@ def print_summary(summary: dict, directory: Path):
         if not j.get("iterations_done"):
             click.echo(f"{j['job_id']:>3} {j['bits']:>3}  no iteration completed")
             continue
-        click.echo(f"{j['job_id']:>3} {j['bits']:>3} {j['lane_width']:>3} {j['lanes']:>2} "
+        click.echo(f"{j['job_id']:>3} {j['bits']:>3} {j['lane_width']:>3} {j['lanes']:>3} "
                    f"{j['iterations_done']:>5} {1e3 * j['iteration_completion_mean_s']:>8.1f} "
                    f"{1e3 * j['iteration_completion_p99_s']:>8.1f} "
                    f"{j['job_completion_s']:>6.2f} {(j['elements_per_s'] or 0) / 1e6:>8.3f} "
-                   f"{j['fp32_equivalent_gbps'] or 0:>9.4f} {j['slots_peak']:>8.0f} "
-                   f"{j['slots_mean']:>5.1f} {j['register_bit_efficiency']:>5.2f} "
+                   f"{j['fp32_equivalent_gbps'] or 0:>9.4f} "
+                   f"{_cell(j.get('slots_peak'), '.0f', 8)} {_cell(j.get('slots_mean'), '.1f', 5)} "
+                   f"{_cell(j.get('register_bit_efficiency'), '.2f', 5)} "
                    f"{j['rel_error_mean']:>8.4f} {j['retransmissions']:>5}")
     if summary.get("startup_to_first_send_s") is not None:
         click.echo(f"first packet {summary['startup_to_first_send_s']:.1f} s after start")
@@ -244,24 +262,23 @@ def results():
 @results.command("list")
 @click.option("--results-dir", type=click.Path(), default="results", show_default=True)
 def results_list(results_dir):
-    from ..results import list_runs
+    """Result sets, newest last: status and what was run."""
+    from ..results import describe_run, list_runs
     for p in list_runs(Path(results_dir)):
-        status = "?"
-        if (p / "summary.json").exists():
-            status = json.loads((p / "summary.json").read_text()).get("status", "?")
-        click.echo(f"{p.name:48} {status}")
+        click.echo(f"{p.name:48} {describe_run(p)}")
 
 
 @results.command("show")
 @click.argument("run_dir", type=click.Path())
 def results_show(run_dir):
-    """The summary table of a result set."""
-    from ..results import load_summary
+    """The summary table of a result set, with what its columns mean."""
+    from ..results import SummaryError, load_summary
     try:
         summary = load_summary(Path(run_dir))
-    except FileNotFoundError:
-        _fail(ValueError(f"{run_dir} has no summary.json"))
+    except SummaryError as exc:
+        _fail(exc)
     print_summary(summary, Path(run_dir))
+    click.echo(COLUMNS_HELP)
 
 
 # -- benchmarks ----------------------------------------------------------------------

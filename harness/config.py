@@ -6,11 +6,16 @@ wrong and how to fix it; the resolved configuration is saved with the results.
 
 from __future__ import annotations
 
+import math
+import re
 import shutil
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import yaml
+
+from types import UnionType as _UnionType
 
 from ..hosts.lanes import BIT_WIDTHS, LaneError, LaneFormat
 from ..hosts.traces import TraceError, find_trace, TraceSet
@@ -43,7 +48,7 @@ class RunConfig:
     seed: int = 0
     results_dir: str = "results"
     run_id: str | None = None
-    sample_interval: float = 0.05
+    sample_interval: float = 0.01  # slot usage: aggregator counters read this often
     timeout: float = 300.0
     record_levels: bool = False
     switch_log: bool = False  # BMv2: log every packet (slows it down several times)
@@ -56,21 +61,32 @@ class RunConfig:
     @classmethod
     def from_yaml(cls, path) -> "RunConfig":
         try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
+            text = Path(path).read_text()
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"config file {path} is not text (a results/<run>/config.yaml "
+                              "is)") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror}") from None
+        try:
+            data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+            raise ConfigError(f"config file {path} is not valid YAML: "
+                              f"{str(exc).splitlines()[0]}") from None
+        if data is None:
+            raise ConfigError(f"config file {path} is empty; give at least one option "
+                              "(e.g. topo: star), or use `qaina-bench up` for the defaults")
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping of option: value")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(str(k) for k in set(data) - known)
         if unknown:
             raise ConfigError(f"{path}: unknown option(s) {', '.join(unknown)}; "
                               f"known: {', '.join(sorted(known))}")
-        if "bits" in data and not isinstance(data["bits"], list):
-            data["bits"] = [data["bits"]]
-        return cls(**data)
+        cfg = cls(**{k: _typed(k, v, path) for k, v in data.items()})
+        cfg.check_run_id()
+        return cfg
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(asdict(self), sort_keys=False)
@@ -79,8 +95,16 @@ class RunConfig:
         return self.bits * self.jobs if len(self.bits) == 1 else list(self.bits)
 
     # -- checks ------------------------------------------------------------------------
+    def check_run_id(self):
+        if self.run_id is not None and not RUN_ID.fullmatch(self.run_id):
+            raise ConfigError(f"--run-id {self.run_id!r}: use letters, digits, '.', '_' and "
+                              "'-' (a name, not a path), at most 100 characters")
+
     def check(self) -> TraceSet:
         """Raise ConfigError for anything that cannot work; returns the trace set."""
+        for f in fields(self):
+            _typed(f.name, getattr(self, f.name), "the configuration")
+        self.check_run_id()
         if self.topo not in TOPOLOGIES:
             raise ConfigError(f"unknown topology {self.topo!r}: use one of "
                               f"{', '.join(TOPOLOGIES)}")
@@ -136,6 +160,50 @@ class RunConfig:
             raise ConfigError(f"trace {trace.name} has {trace.iterations} iterations, "
                               f"--iterations {self.iterations} asks for more")
         return trace
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_HINTS = typing.get_type_hints(RunConfig)
+
+
+def _typed(name: str, value, where):
+    """``value`` of option ``name`` as its declared type; ConfigError if it is not one.
+
+    Whole numbers must be whole (8.5 slots is an error, not 8); a bit list may be
+    given as 4, [4, 32] or "4,32"; a list of paths as one path or a list.
+    """
+    hint = _HINTS[name]
+    kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, _UnionType) \
+        else (hint,)
+    if value is None and type(None) in kinds:
+        return None
+    kind = next(k for k in kinds if k is not type(None))
+    what = {int: "a whole number", float: "a number", bool: "true or false", str: "text",
+            list[int]: "a bit width or a list of them (4, [4, 32] or \"4,32\")",
+            list[str]: "a path or a list of paths"}[kind]
+    if kind is float:
+        what = "a finite number"
+    if kind == list[int] and isinstance(value, str):
+        try:
+            value = [int(v) for v in value.split(",")]
+        except ValueError:
+            pass
+    if kind == list[int] and isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if kind == list[str] and isinstance(value, str):
+        value = [value]
+    ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool)
+                            and math.isfinite(v)),
+          bool: lambda v: isinstance(v, bool),
+          str: lambda v: isinstance(v, str),
+          list[int]: lambda v: isinstance(v, list) and v and all(
+              isinstance(x, int) and not isinstance(x, bool) for x in v),
+          list[str]: lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+          }[kind](value)
+    if not ok:
+        raise ConfigError(f"{where}: {name} is {value!r}, which is not {what}")
+    return float(value) if kind is float else value
 
 
 def check_system() -> list[tuple[str, bool, str]]:

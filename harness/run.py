@@ -15,11 +15,9 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-
-import psutil
 
 from ..hosts.agent import AgentConfig
 from ..hosts.lanes import LaneFormat
@@ -31,9 +29,8 @@ from .jobs import Job, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
 from .network import Testbed, aggregator_ip
 from .record import RunRecord, live_records, stale_records
+from .sampling import Sampler
 
-COUNTERS = ("MyIngress.slots_opened", "MyIngress.slots_closed", "MyIngress.agg_packets",
-            "MyIngress.retx_answered", "MyEgress.results_sent")
 
 
 class RunError(RuntimeError):
@@ -48,19 +45,28 @@ class AgentProcess:
     config: AgentConfig
     popen: object
     log: Path
+    _records: list = field(default_factory=list)
+    _offset: int = 0  # bytes of the agent's record file read so far
 
     def records(self) -> list[dict]:
+        """The agent's records so far; each call reads only what was added since."""
         try:
-            lines = Path(self.config.output).read_text().splitlines()
+            with open(self.config.output, "rb") as f:
+                f.seek(self._offset)
+                new = f.read()
         except OSError:
-            return []
-        out = []
-        for line in lines:
+            return self._records
+        end = new.rfind(b"\n") + 1  # a line being written waits for the next call
+        for line in new[:end].splitlines():
             try:
-                out.append(json.loads(line))
+                self._records.append(json.loads(line))
             except ValueError:
-                pass  # a line being written
-        return out
+                pass
+        self._offset += end
+        return self._records
+
+    def iterations_done(self) -> int:
+        return sum(1 for r in self.records() if r.get("type") == "iteration")
 
 
 def _terminate(signum, frame):
@@ -107,9 +113,21 @@ def agent_env() -> dict:
 
 
 def new_run_id(cfg: RunConfig) -> str:
+    """Time and what was run: topology, mode, jobs x workers, bits, compression,
+    trace and link settings, e.g. ``20261130-101500-leafspine-ina-j2w4b4-digits-mlp-bw1``."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    bits = "-".join(str(b) for b in cfg.bits)
-    return f"{stamp}-{cfg.topo}-j{cfg.jobs}w{cfg.workers}b{bits}"
+    parts = [stamp, cfg.topo, cfg.mode,
+             f"j{cfg.jobs}w{cfg.workers}b{'-'.join(str(b) for b in cfg.bits)}"]
+    if cfg.compress != "none":
+        parts.append(cfg.compress)
+    parts.append(cfg.trace)
+    for name, value in (("bw", cfg.bw), ("delay", cfg.delay), ("loss", cfg.loss)):
+        if value:
+            parts.append(f"{name}{value:g}" if isinstance(value, float) else f"{name}{value}")
+    if cfg.target != "embedded":
+        parts.append(cfg.target)
+    name = "-".join(parts)
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:100]
 
 
 def build_topology(cfg: RunConfig, netem: bool = True):
@@ -165,13 +183,18 @@ class Run:
         self.dir = Path(cfg.results_dir) / cfg.run_id
         if self.dir.exists():
             raise ConfigError(f"results directory {self.dir} exists; choose another --run-id")
-        self.writer = ResultWriter(self.dir)
+        try:
+            self.writer = ResultWriter(self.dir)
+        except OSError as exc:
+            raise ConfigError(f"cannot write results to {self.dir}: "
+                              f"{exc.strerror or exc}; choose another --results-dir") from None
         self.record = RunRecord(cfg.run_id)
         self.testbed: Testbed | None = None
         self.agents: list[AgentProcess] = []
         self.jobs: list[Job] = []
         self.status = "starting"
         self.switch_program: dict = {"target": cfg.target}  # what ran the switches
+        self.sampler: Sampler | None = None
         self.events: dict[str, float] = {"invoked": self.t_invoked}
 
     # -- the run -------------------------------------------------------------------
@@ -280,58 +303,38 @@ class Run:
         return all(a.popen.poll() == 0 for a in self.agents)
 
     def _monitor(self):
+        """Show progress until the agents are done; the sampler measures meanwhile."""
         cfg = self.cfg
         t0 = time.time()
         total = cfg.iterations * len(self.agents)
-        interfaces = self.testbed.switch_interfaces()
-        next_sample = time.monotonic()
+        processes = {f"switch {sw.name}": sw.target.pid for sw in self.testbed.net.switches}
+        processes.update({f"agent j{a.job}w{a.worker}": a.popen.pid for a in self.agents})
+        self.sampler = Sampler(self.writer, self.testbed.conns,
+                               self.aggregator if cfg.mode == "ina" else None, self.jobs,
+                               self.testbed.switch_interfaces(), processes,
+                               slot_interval=cfg.sample_interval)
+        self.sampler.start()
         shown = ""
-        while True:
-            self._check_agents()
-            now = time.monotonic()
-            if now >= next_sample:
-                self._sample(interfaces)
-                next_sample = now + cfg.sample_interval
-            done = sum(sum(1 for r in a.records() if r.get("type") == "iteration")
-                       for a in self.agents)
-            line = f"  iterations {done}/{total}  ({time.time() - t0:5.1f} s)"
-            if line != shown:
-                self.echo("\r" + line, nl=False)
-                shown = line
-            if all(a.popen.poll() is not None for a in self.agents):
-                self._sample(interfaces)
-                break
-            if time.time() - t0 > cfg.timeout:
-                self.status = "timeout"
-                self.echo(f"\nrun exceeded --timeout {cfg.timeout:.0f} s")
-                break
-            time.sleep(min(0.1, cfg.sample_interval))
+        try:
+            while True:
+                self._check_agents()
+                if self.sampler.error:
+                    raise RunError(self.sampler.error)
+                done = sum(a.iterations_done() for a in self.agents)
+                line = f"  iterations {done}/{total}  ({time.time() - t0:5.1f} s)"
+                if line != shown:
+                    self.echo("\r" + line, nl=False)
+                    shown = line
+                if all(a.popen.poll() is not None for a in self.agents):
+                    break
+                if time.time() - t0 > cfg.timeout:
+                    self.status = "timeout"
+                    self.echo(f"\nrun exceeded --timeout {cfg.timeout:.0f} s")
+                    break
+                time.sleep(0.1)
+        finally:
+            self.sampler.stop()
         self.echo("")
-
-    def _sample(self, interfaces):
-        t = time.time()
-        for sw, conn in self.testbed.conns.items():
-            try:
-                counters = conn.read_counters()
-            except Exception as exc:  # a switch that stopped answering ends the run
-                raise RunError(f"switch {sw} stopped answering P4Runtime: {exc}") from None
-            for job in self.jobs:
-                row = {"time": t, "switch": sw, "job": job.job_id}
-                for name in COUNTERS:
-                    row[name.split(".")[-1]] = counters[name].get(job.index, (0, 0))[0]
-                row["slots_in_use"] = row["slots_opened"] - row["slots_closed"]
-                self.writer.add_sample(row)
-            drops = counters["MyIngress.drops"]
-            self.writer.add_drops(t, sw, {i: v[0] for i, v in drops.items()})
-        io = psutil.net_io_counters(pernic=True)
-        for ifname in interfaces:
-            c = io.get(ifname)
-            if c is not None:
-                self.writer.add_link_sample({"time": t, "interface": ifname,
-                                             "bytes_sent": c.bytes_sent,
-                                             "bytes_recv": c.bytes_recv,
-                                             "packets_sent": c.packets_sent,
-                                             "packets_recv": c.packets_recv})
 
     def _teardown(self):
         for a in self.agents:
@@ -357,6 +360,7 @@ class Run:
         meta = {"run_id": self.cfg.run_id, "status": self.status, "events": self.events,
                 "aggregator": getattr(self, "aggregator", None),
                 "switch_program": self.switch_program,
+                **(self.sampler.summary() if self.sampler is not None else {}),
                 "jobs": [{"job_id": j.job_id, "index": j.index, "bits": j.fmt.bits,
                           "workers": j.fmt.workers, "lane_width": j.fmt.width,
                           "lanes": j.fmt.lanes, "slot_base": j.slot_base,

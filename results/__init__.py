@@ -124,11 +124,12 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
     slots = [s for s in samples if int(s["job"]) == job["job_id"]
              and (aggregator is None or s["switch"] == aggregator)
              and start <= float(s["time"]) <= end]
-    in_use = np.array([float(s["slots_in_use"]) for s in slots]) if slots else np.zeros(1)
+    in_use = np.array([float(s["slots_in_use"]) for s in slots]) if slots else None
     # Value bits a worker's chunks carry per register bit they occupy (tail padding
     # included); with GradiVeQ the values are coefficients.
     efficiency = [r["values"] * job["bits"] / (-(-r["values"] // (QAINA_WORDS * job["lanes"]))
                                                * REGISTER_BITS_PER_SLOT) for r in mine]
+    in_network = aggregator is not None  # ring mode: the switches only route
     out.update(
         iterations_done=len(complete),
         workers_reporting=len(workers),
@@ -139,11 +140,11 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
         elements_per_iteration=elements,
         elements_per_s=aggregated / job_time if job_time > 0 else None,
         fp32_equivalent_gbps=aggregated * 32 / job_time / 1e9 if job_time > 0 else None,
-        slots_peak=float(in_use.max()),
-        slots_mean=float(in_use.mean()),
-        slot_samples=len(slots),
-        elements_per_register=job["lanes"],
-        register_bit_efficiency=float(np.mean(efficiency)),
+        slots_peak=float(in_use.max()) if in_network and slots else None,
+        slots_mean=float(in_use.mean()) if in_network and slots else None,
+        slot_samples=len(slots) if in_network else None,
+        elements_per_register=job["lanes"] if in_network else None,
+        register_bit_efficiency=float(np.mean(efficiency)) if in_network else None,
         values_per_iteration_mean=float(np.mean([r["values"] for r in mine])),
         rel_error_mean=float(np.mean([r["rel_error"] for r in mine])),
         rel_error_max=float(np.max([r["rel_error"] for r in mine])),
@@ -156,6 +157,9 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
         bytes_received=int(sum(r["bytes_received"] for r in mine)),
     )
     return out
+
+
+MIN_SLOT_SAMPLES = 20
 
 
 def validity(rows: list[dict], jobs: list[dict], cpu: dict | None) -> dict:
@@ -183,6 +187,11 @@ def validity(rows: list[dict], jobs: list[dict], cpu: dict | None) -> dict:
     if out["clipped_share"] > 0.001:
         warn.append(f"{100 * out['clipped_share']:.2f}% of the values were clipped to a "
                     "predicted scale: the error includes clipping")
+    few = [j["job_id"] for j in jobs if j.get("slot_samples") is not None
+           and j.get("iterations_done") and j["slot_samples"] < MIN_SLOT_SAMPLES]
+    if few:
+        warn.append(f"job(s) {', '.join(map(str, few))} ran for fewer than "
+                    f"{MIN_SLOT_SAMPLES} slot samples: their slot figures are coarse")
     if cpu and cpu.get("saturated"):
         warn.append(f"CPU saturated during the run ({cpu['saturated']}): timings measure "
                     "the machine, not the network")
@@ -217,7 +226,8 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
     for job in meta["jobs"]:
         warmups = [r for a in agents if a["job"] == job["job_id"] for r in a["records"]
                    if r.get("type") == "warmup"]
-        jobs.append(job_summary(job, rows, slot_samples, meta.get("aggregator"), warmups))
+        aggregator = meta.get("aggregator") if cfg.mode == "ina" else None
+        jobs.append(job_summary(job, rows, slot_samples, aggregator, warmups))
     errors = [r.get("message") for a in agents for r in a["records"] if r.get("type") == "error"]
     config = asdict(cfg)
     summary = {
@@ -243,6 +253,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "events": meta["events"],
         "jobs": jobs,
         "link_bytes": link_summary(link_samples),
+        "slot_sampling": meta.get("slot_sampling"),
         "errors": writer.errors + [e for e in errors if e],
         "validity": validity(rows, jobs, meta.get("cpu")),
         "software": software_versions(),
@@ -297,8 +308,39 @@ def plot(directory: Path, rows: list[dict], slot_samples: list[dict], meta: dict
         plt.close(fig)
 
 
+class SummaryError(ValueError):
+    """A result set's summary is missing or unreadable."""
+
+
 def load_summary(directory: Path) -> dict:
-    return json.loads((Path(directory) / "summary.json").read_text())
+    path = Path(directory) / "summary.json"
+    try:
+        summary = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SummaryError(f"{directory} has no summary.json (not a result set, or its run "
+                           "is still going)") from None
+    except (OSError, ValueError) as exc:
+        raise SummaryError(f"{path} is unreadable: {exc}") from None
+    if not isinstance(summary, dict) or "jobs" not in summary:
+        raise SummaryError(f"{path} is not a qaina-bench summary")
+    return summary
+
+
+def describe_run(directory: Path) -> str:
+    """One line: status, mode, compression, trace, bits, links; never raises."""
+    try:
+        s = load_summary(directory)
+    except SummaryError as exc:
+        return f"? ({exc})"
+    links = s.get("links") or {}
+    link = ", ".join(f"{k} {v}" for k, v in (("bw", links.get("bw_mbit")),
+                                              ("delay", links.get("delay")),
+                                              ("loss%", links.get("loss_percent"))) if v)
+    return (f"{s.get('status', '?'):11} {s.get('topology', '?')} {s.get('target', '?')} "
+            f"{s.get('mode', 'ina')} b={','.join(map(str, s.get('bits', [])))} "
+            f"{s.get('jobs_count', '?')}x{s.get('workers', '?')} {s.get('trace', '?')}"
+            f"{' ' + s['compress'] if s.get('compress', 'none') != 'none' else ''}"
+            f"{' (' + link + ')' if link else ''}")
 
 
 def list_runs(results_dir: Path) -> list[Path]:

@@ -93,3 +93,76 @@ def test_traces_record_writes_a_set_that_runs(tmp_path):
     assert code == 0 and "tiny" in out
     cfg = RunConfig(trace="tiny", trace_dirs=[str(tmp_path)], workers=2, iterations=2, jobs=1)
     assert cfg.check().workers == 2
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ("jobs: two", "jobs is 'two', which is not a whole number"),
+    ('workers: "4"', "workers is '4', which is not a whole number"),
+    ("bw: fast", "bw is 'fast', which is not a finite number"),
+    ('loss: "5"', "loss is '5', which is not a finite number"),
+    ("slots: 8.5", "slots is 8.5, which is not a whole number"),
+    ("iterations: 2.5", "iterations is 2.5, which is not a whole number"),
+    ("timeout: .inf", "timeout is inf, which is not a finite number"),
+    ("record_levels: 1", "record_levels is 1, which is not true or false"),
+    ("bits: [4, x]", "bits is [4, 'x']"),
+    ("run_id: a/b/c", "--run-id 'a/b/c'"),
+])
+def test_each_bad_field_of_a_saved_config_is_one_line(tmp_path, line, fragment):
+    """One edited field of a saved config.yaml: refused before anything starts."""
+    import yaml
+    saved = yaml.safe_load(RunConfig(topo="star", jobs=1, results_dir=str(tmp_path)).to_yaml())
+    saved.pop(line.split(":")[0])
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(saved) + line + "\n")
+    code, out = run_cli("run", str(path))
+    assert code != 0 and fragment in out, out
+    assert "Traceback" not in out and len(out.strip().splitlines()) == 1
+
+
+def test_config_files_that_are_not_configs(tmp_path):
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(bytes(range(256)) * 4)
+    code, out = run_cli("run", str(binary))
+    assert code != 0 and "is not text" in out and "Traceback" not in out
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    code, out = run_cli("run", str(empty))
+    assert code != 0 and "is empty" in out
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- star\n")
+    code, out = run_cli("run", str(listing))
+    assert code != 0 and "must hold a mapping" in out
+
+
+def test_bits_as_a_comma_list_in_a_config_file(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("topo: star\njobs: 2\nbits: 4,32\n")
+    cfg = RunConfig.from_yaml(path)
+    assert cfg.bits == [4, 32] and cfg.job_bits() == [4, 32]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the results directory is checked after root")
+def test_results_dir_that_cannot_be_written_is_one_line():
+    code, out = run_cli("up", "--topo", "star", "--jobs", "1", "--results-dir", "/proc/nope")
+    assert code != 0 and "cannot write results to /proc/nope" in out
+    assert "Traceback" not in out
+
+
+def test_one_broken_result_set_does_not_break_the_listing(tmp_path):
+    good, broken = tmp_path / "good-run", tmp_path / "broken-run"
+    for d in (good, broken):
+        d.mkdir()
+        (d / "config.yaml").write_text("topo: star\n")
+    (good / "summary.json").write_text(json.dumps({
+        "status": "complete", "topology": "star", "target": "embedded", "mode": "ring",
+        "bits": [4], "jobs_count": 1, "workers": 4, "trace": "digits-mlp",
+        "compress": "none", "links": {"bw_mbit": 1.0}, "jobs": []}))
+    (broken / "summary.json").write_text("{not json")
+    code, out = run_cli("results", "list", "--results-dir", str(tmp_path))
+    assert code == 0, out
+    lines = dict(line.split(None, 1) for line in out.strip().splitlines())
+    assert lines["good-run"].split()[:4] == ["complete", "star", "embedded", "ring"]
+    assert "bw 1.0" in lines["good-run"]
+    assert lines["broken-run"].startswith("? (")
+    code, out = run_cli("results", "show", str(broken))
+    assert code != 0 and "unreadable" in out and "Traceback" not in out

@@ -68,7 +68,7 @@ def test_star_four_workers_get_exact_aggregates(tmp_path):
     assert summary["complete"], summary["errors"]
     check_exact_aggregates(directory, summary)
     job = summary["jobs"][0]
-    assert job["iterations_done"] == 3 and job["rel_error_mean"] < 1.0
+    assert job["iterations_done"] == 3
     for name in ("config.yaml", "iterations.csv", "timeseries.csv", "summary.json",
                  "slots.png", "iterations.png", "logs/s1.log", "logs/agent-j1w0.log"):
         assert (directory / name).exists(), name
@@ -98,6 +98,11 @@ def test_leafspine_two_jobs_exact_and_slot_usage(tmp_path):
     assert b32["rel_error_max"] < 1e-5  # fixed point: exact up to rounding
     for job in summary["jobs"]:
         assert 0 < job["slots_peak"] <= 16
+        assert job["slot_samples"] >= 20  # a time series, not a couple of points
+    sampling = summary["slot_sampling"]
+    assert "P4Runtime counter reads of sp1" in sampling["source"]
+    assert sampling["interval_median_s"] < 2 * sampling["interval_target_s"]
+    assert summary["validity"]["cpu"]["cores"] >= 1
     # b = 4 packs five elements per register where b = 32 packs one.
     assert (b4["elements_per_register"], b32["elements_per_register"]) == (5, 1)
     elements = b4["elements_per_iteration"]
@@ -184,7 +189,9 @@ def test_ring_all_reduce_baseline_is_exact_over_the_same_fabric(tmp_path):
     assert summary["mode"] == "ring"
     check_exact_aggregates(directory, summary)
     job = summary["jobs"][0]
-    assert job["slots_peak"] == 0  # the switches only routed
+    # The switches only routed: slot figures do not apply (and are not printed as 0).
+    assert job["slots_peak"] is None and job["register_bit_efficiency"] is None
+    assert summary["slot_sampling"]["source"].startswith("not applicable")
     assert job["bytes_sent"] > 0 and job["clipped_elements"] == 0
     # Every worker moves 2 (n - 1) / n of the packed words, plus the exponents.
     words = 4 * 32 * -(-job["elements_per_iteration"] // 160)
