@@ -1,20 +1,25 @@
-# qaina-bench: set-up and entry points. Run as root (Mininet, veth, raw sockets).
-#   sudo make up     install what is missing, then run the main job on the embedded switch
-#   sudo make test   install what is missing, then run the whole test suite
+# qaina-bench: set-up and entry points. Run as root (Mininet, veth, raw sockets):
+# as root `make up`, otherwise `sudo make up`.
+#   make up     install what is missing, then run the main job on the embedded switch
+#   make test   install what is missing, then run the whole test suite
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
-APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables python3-venv
+APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables procps python3-venv
 TOPO ?= leafspine
 PYTEST_ARGS ?=
 
-.PHONY: up test deps venv bench clean p4info
+.PHONY: up test docker-test deps venv bench clean p4info
 
 up: deps venv
 	$(VENV)/bin/qaina-bench up --topo $(TOPO)
 
 test: deps venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The smoke subset in the project's Docker image, with a daemon of its own (docker/smoke.sh).
+docker-test:
+	docker/smoke.sh
 
 bench: deps venv
 	$(VENV)/bin/qaina-bench bench switch
@@ -25,7 +30,8 @@ deps:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing: $$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends $$missing; \
 	fi
 
 # The Python environment, rebuilt when pyproject.toml changes.

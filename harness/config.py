@@ -209,14 +209,38 @@ def _typed(name: str, value, where):
 def check_system() -> list[tuple[str, bool, str]]:
     """(what, ok, how to fix) for every prerequisite of a run."""
     import os
+    from importlib import metadata
+
+    from .linkloss import netem_available, nft_available
+    apt = "apt-get install"
     checks = [
-        ("running as root", os.geteuid() == 0, "run with sudo (Mininet needs root)"),
-        ("mnexec (Mininet)", shutil.which("mnexec") is not None, "apt-get install mininet"),
-        ("ip (iproute2)", shutil.which("ip") is not None, "apt-get install iproute2"),
-        ("tc (iproute2)", shutil.which("tc") is not None, "apt-get install iproute2"),
-        ("ethtool", shutil.which("ethtool") is not None, "apt-get install ethtool"),
-        ("ping", shutil.which("ping") is not None, "apt-get install iputils-ping"),
+        ("running as root", os.geteuid() == 0, "run as root, or with sudo (Mininet needs root)"),
+        ("mnexec (Mininet)", shutil.which("mnexec") is not None, f"{apt} mininet"),
+        ("ip (iproute2)", shutil.which("ip") is not None, f"{apt} iproute2"),
+        ("tc (iproute2)", shutil.which("tc") is not None, f"{apt} iproute2"),
+        ("sysctl (procps)", shutil.which("sysctl") is not None, f"{apt} procps"),
+        ("ethtool", shutil.which("ethtool") is not None, f"{apt} ethtool"),
+        ("ping", shutil.which("ping") is not None, f"{apt} iputils-ping"),
     ]
+    netem = netem_available()
+    checks.append(("netem qdisc (optional: --delay; --loss without nftables)", netem,
+                   "this kernel lacks CONFIG_NET_SCH_NETEM (--loss then uses nftables)"))
+    checks.append(("nft (nftables; --loss where netem is missing)", netem or nft_available(),
+                   f"{apt} nftables"))
+    for dist in ("numpy", "click", "psutil", "PyYAML", "scapy", "grpcio", "protobuf",
+                 "p4runtime", "p4runtime-shell", "mininet", "matplotlib"):
+        try:
+            checks.append((f"Python package {dist} {metadata.version(dist)}", True, ""))
+        except metadata.PackageNotFoundError:
+            checks.append((f"Python package {dist}", False, "make venv (pip install -e .)"))
+    for optional in ("scikit-learn", "torch"):
+        try:
+            version = metadata.version(optional)
+            checks.append((f"Python package {optional} {version} (optional)", True, ""))
+        except metadata.PackageNotFoundError:
+            checks.append((f"Python package {optional} (optional: traces record)", False,
+                           "pip install -e '.[record]'" if optional == "scikit-learn" else
+                           "see README, 'Recording traces' (CPU build of torch)"))
     for tool, found in toolchain().items():
         what = f"{tool} (optional, --target bmv2)"
         if found["path"]:

@@ -58,7 +58,9 @@ RECORDER_VERSION = 1
 MANIFEST = "manifest.json"
 REQUIRED_KEYS = ("format", "version", "name", "model", "dataset", "layers", "elements",
                  "workers", "iterations")
-TORCH_HINT = "pip install torch==2.13.0"
+TORCH_HINT = ("install the CPU build of PyTorch: pip install torch --index-url "
+              "https://download.pytorch.org/whl/cpu (plain `pip install torch` takes a CUDA "
+              "build of several GB on Linux)")
 
 
 class TraceError(Exception):

@@ -18,6 +18,7 @@ def run_cli(*args):
     return result.exit_code, result.output
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("args, fragment", [
     (["up", "--topo", "torus"], "Invalid value for '--topo'"),
     (["up", "--bits", "9"], "--bits 9 is not supported: use 1..8 or 32"),
@@ -69,6 +70,7 @@ def test_without_root_says_to_use_sudo(monkeypatch):
     assert "needs root" in out and "sudo" in out and "Traceback" not in out
 
 
+@pytest.mark.smoke
 def test_help_lists_the_commands():
     code, out = run_cli("--help")
     assert code == 0

@@ -107,6 +107,7 @@ def one_round(lab, job: Job, rng, slot=0, ver=0, seq=0):
     return levels, words
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("bits", [2, 4, 8, 32])
 def test_aggregation_gives_exact_lane_sum(sw, bits):
     job = add_job(sw, bits=bits)
@@ -284,6 +285,7 @@ def bad_packets(job: Job):
     ]
 
 
+@pytest.mark.smoke
 def test_bad_packets_are_dropped_counted_and_never_touch_a_register(sw):
     add_job(sw, job_id=3, index=1, bits=8, workers=WORKERS[2:], base=0, count=2)
     job = add_job(sw, job_id=7, index=0, bits=4, base=2, count=6)

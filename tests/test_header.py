@@ -11,6 +11,8 @@ from scapy.layers.l2 import Ether
 from qaina_bench.p4 import header
 from qaina_bench.p4.p4info import P4_SOURCE
 
+pytestmark = pytest.mark.smoke
+
 FIELDS = dict(job_id=0xBEEF, worker=17, flags=header.FLAG_RESULT | header.FLAG_RETX,
               slot=1023, ver=1, exp=-3, seq=0xDEADBEEF)
 WORDS = np.arange(header.QAINA_WORDS, dtype=np.uint32) * 0x01010101

@@ -7,6 +7,8 @@ from qaina_bench.hosts.lanes import BIT_WIDTHS, LaneError, LaneFormat
 from qaina_bench.hosts.quantize import (EXP_MIN, Quantizer, agree_exponents, chunk_count,
                                         chunk_exponents)
 
+pytestmark = pytest.mark.smoke
+
 WORKER_COUNTS = (1, 2, 4, 8, 16, 32)
 ALL_FORMATS = [(b, n) for b in BIT_WIDTHS for n in WORKER_COUNTS]
 

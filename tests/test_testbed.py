@@ -62,6 +62,7 @@ def check_exact_aggregates(directory: Path, summary: dict):
                 assert np.array_equal(z[f"aggregate_{i}"], expected)
 
 
+@pytest.mark.smoke
 def test_star_four_workers_get_exact_aggregates(tmp_path):
     summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[4],
                                  iterations=3)
