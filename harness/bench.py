@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -25,11 +26,12 @@ import numpy as np
 from ..hosts.lanes import LaneFormat
 from ..p4.header import QAINA_WORDS
 from .control import SwitchConnection
-from .jobs import Job, Worker, program_aggregator, program_job, program_route
+from .jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_int, program_aggregator,
+                   program_job, program_route)
 from .targets import make_target
 
-AGG_IP = 0x0AFF0001  # 10.255.0.1
-AGG_MAC = bytes.fromhex("0200000000ff")
+AGG_IP = ip_to_int(aggregator_ip(1))
+AGG_MAC = bytes.fromhex(aggregator_mac(1).replace(":", ""))
 WORKERS = 4
 BENCH_SLOTS = 256
 
@@ -42,9 +44,8 @@ def _free_port() -> int:
 
 def _frames(job: Job, slots: int) -> list[tuple[int, bytes]]:
     """(worker, frame) for two uses of every slot, in arrival order."""
-    from ..p4.header import QAINA_STRUCT, QAINA_UDP_PORT, UDP_TOTAL_LEN, IPV4_TOTAL_LEN
-    from ..p4.embedded.pipeline import ipv4_checksum
-    import struct
+    from ..p4.header import (IP_CSUM, IPV4_TOTAL_LEN, QAINA_STRUCT, QAINA_UDP_PORT,
+                             UDP_TOTAL_LEN, ipv4_checksum)
     rng = np.random.default_rng(0)
     out = []
     for use in range(2):
@@ -58,7 +59,7 @@ def _frames(job: Job, slots: int) -> list[tuple[int, bytes]]:
                 f += struct.pack("!HHHH", QAINA_UDP_PORT, QAINA_UDP_PORT, UDP_TOTAL_LEN, 0)
                 f += QAINA_STRUCT.pack(job.job_id, w.index, 0, slot, use, 0, use * slots + slot)
                 f += words.astype(">u4").tobytes()
-                struct.pack_into("!H", f, 24, ipv4_checksum(f))
+                struct.pack_into("!H", f, IP_CSUM, ipv4_checksum(f))
                 out.append((w.index, bytes(f)))
     return out
 

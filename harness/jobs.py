@@ -52,6 +52,15 @@ def partition_slots(slot_counts: list[int], pool: int = POOL_SLOTS) -> list[int]
     return bases
 
 
+def aggregator_ip(device_id: int) -> str:
+    """The address a switch aggregates for (one per switch, outside the hosts' subnet)."""
+    return f"10.255.0.{device_id}"
+
+
+def aggregator_mac(device_id: int) -> str:
+    return f"02:00:00:00:ff:{device_id:02x}"
+
+
 def ip_to_int(ip: str) -> int:
     a, b, c, d = (int(x) for x in ip.split("."))
     return a << 24 | b << 16 | c << 8 | d

@@ -21,7 +21,8 @@ from mininet.node import Switch
 
 from .control import SwitchConnection
 from .linkloss import apply_loss, remove_table
-from .jobs import Job, Worker, ip_to_int, mac_to_int, program_aggregator, program_job
+from .jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_int, mac_to_int,
+                   program_aggregator, program_job)
 from .record import RunRecord
 from .targets import make_target
 
@@ -32,14 +33,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def aggregator_ip(device_id: int) -> str:
-    return f"10.255.0.{device_id}"
-
-
-def aggregator_mac(device_id: int) -> str:
-    return f"02:00:00:00:ff:{device_id:02x}"
 
 
 def quiet_interface(ifname: str, run=subprocess.run):

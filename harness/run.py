@@ -25,9 +25,9 @@ from ..hosts.traces import find_trace
 from ..results import ResultWriter, summarise
 from ..topologies import TOPOLOGIES, LinkParams
 from .config import ConfigError, RunConfig
-from .jobs import Job, int_to_ip, partition_slots
+from .jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
-from .network import Testbed, aggregator_ip
+from .network import Testbed
 from .record import RunRecord, live_records, stale_records
 from .sampling import Sampler
 

@@ -15,9 +15,9 @@ import time
 import numpy as np
 
 from .lanes import LaneFormat
+from ..p4.header import QAINA_WORDS
 from .quantize import Quantizer, agree_exponents, chunk_exponents
 
-CHUNK_WORDS = 32
 
 
 def best_time(run, repeats: int) -> float:
@@ -33,7 +33,7 @@ def best_time(run, repeats: int) -> float:
 def measure(bits: int, workers: int, elements: int, repeats: int, seed: int = 0) -> dict:
     """Encode, decode and exponent throughput (fp32 MB/s) for one lane format."""
     fmt = LaneFormat(bits, workers)
-    chunk = CHUNK_WORDS * fmt.lanes
+    chunk = QAINA_WORDS * fmt.lanes
     rng = np.random.default_rng(seed)
     grads = [(rng.standard_normal(elements) * 1e-3).astype(np.float32) for _ in range(workers)]
     exps = agree_exponents(*[chunk_exponents(g, chunk) for g in grads])
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     where = pin_to_one_core()
     print(f"codec throughput, {args.elements} float32 elements, {args.workers} workers, "
-          f"chunks of {CHUNK_WORDS} words, best of {args.repeats}, {where}")
+          f"chunks of {QAINA_WORDS} words, best of {args.repeats}, {where}")
     print(f"{'format':<24} {'encode MB/s':>12} {'decode MB/s':>12} {'exponents MB/s':>15}")
     for bits in args.bits:
         r = measure(bits, args.workers, args.elements, args.repeats)

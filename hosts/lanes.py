@@ -73,11 +73,6 @@ class LaneFormat:
         """m: lanes per 32-bit word."""
         return WORD_BITS // self.width
 
-    @property
-    def value_bits(self) -> int:
-        """Useful bits of one lane: the bits of one worker's value."""
-        return self.bits
-
     def words_for(self, elements: int) -> int:
         """32-bit words needed for ``elements`` values."""
         return -(-elements // self.lanes)

@@ -78,10 +78,31 @@ FRAME_LEN = ETH_LEN + IPV4_TOTAL_LEN
 QAINA_OFFSET = ETH_LEN + IPV4_LEN + UDP_LEN  # header offset in a frame
 PAYLOAD_OFFSET = QAINA_OFFSET + QAINA_LEN
 
+# Where the fields a switch reads or rewrites sit in a whole frame (IPv4 without
+# options): byte offsets, and slices for the multi-byte ones.
+ETH_DST, ETH_SRC, ETH_TYPE = slice(0, 6), slice(6, 12), 12
+IP_VIHL, IP_TOTAL_LEN, IP_FLAGS_FRAG, IP_TTL, IP_PROTO, IP_CSUM = 14, 16, 20, 22, 23, 24
+IP_SRC, IP_DST = slice(26, 30), slice(30, 34)
+UDP_DPORT, UDP_LENGTH, UDP_CSUM = 36, 38, slice(40, 42)
+#: offset of each QAINA field in a whole frame
+QAINA_AT = {name: QAINA_OFFSET + off for name, off in FIELD_OFFSETS.items()}
+
 #: numpy dtype of the QAINA header followed by its payload (one UDP datagram body)
 QAINA_DTYPE = np.dtype([(f.name, _NUMPY_CODE[f.bits, f.signed]) for f in QAINA_FIELDS]
                        + [("words", ">u4", (QAINA_WORDS,))])
 assert QAINA_DTYPE.itemsize == QAINA_LEN + PAYLOAD_LEN
+
+
+_IPV4_WORDS = struct.Struct("!10H")
+
+
+def ipv4_checksum(buf, offset: int = ETH_LEN) -> int:
+    """csum16 over the 20-byte IPv4 header at ``offset`` (checksum field as zero)."""
+    words = _IPV4_WORDS.unpack_from(buf, offset)
+    s = sum(words) - words[5]
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
 
 
 def pack_header(job_id, worker, flags, slot, ver, exp, seq) -> bytes:

@@ -79,7 +79,7 @@ header udp_t {
     bit<16> checksum;
 }
 
-/* Generated from p4/header.py (QAINA_FIELDS); tests/test_header.py checks it. */
+/* The same as QAINA_FIELDS in p4/header.py, which tests/test_header.py checks. */
 header qaina_h {
     bit<16> job_id;
     bit<8> worker;

@@ -17,7 +17,8 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.utils import checksum
 
-from qaina_bench.harness.jobs import (Job, Worker, int_to_ip, ip_to_int, mac_to_int,
+from qaina_bench.harness.jobs import (Job, Worker, aggregator_ip, aggregator_mac, int_to_ip,
+                                      ip_to_int, mac_to_int,
                                       program_aggregator, program_job, program_route)
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.p4.constants import Drop
@@ -25,7 +26,7 @@ from qaina_bench.p4.header import (FLAG_RESULT, FLAG_RETX, QAINA_UDP_PORT, QAINA
                                    scapy_layer)
 
 QAINA = scapy_layer()
-AGG_IP, AGG_MAC = "10.255.0.1", "02:00:00:00:ff:01"
+AGG_IP, AGG_MAC = aggregator_ip(1), aggregator_mac(1)
 OTHER_IP = "10.0.1.5"
 WORKERS = [Worker(i, ip_to_int(f"10.0.0.{i + 1}"), mac_to_int(f"02:00:00:00:00:{i + 1:02x}"),
                   port=i + 1) for i in range(4)]

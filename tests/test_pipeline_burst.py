@@ -2,7 +2,7 @@
 
 The conformance suite pins the per-packet behaviour to qaina.p4 with single packets.
 Under load the switch reads bursts and applies a worker's window of contributions
-with numpy (``_contribution_burst``) and multicasts results in blocks. Here the same
+with numpy (``burst.apply_window``) and multicasts results in blocks. Here the same
 traffic goes through ``process`` frame by frame in one pipeline and through
 ``process_burst`` in another; every frame sent, register and counter must match.
 """
@@ -75,14 +75,14 @@ def test_burst_paths_match_the_per_packet_path(bits, faults, monkeypatch):
             extra = rng.choice([f, junk, f[:26] + b"\x0a\x00\x00\x63" + f[30:]])
             frames.insert(k + 1, (w, extra))
     fast_bursts = []
-    original = pl.Pipeline._contribution_burst
+    original = pl.apply_window
 
-    def counting(self, *args):
-        done = original(self, *args)
+    def counting(*args):
+        done = original(*args)
         fast_bursts.append(done)
         return done
 
-    monkeypatch.setattr(pl.Pipeline, "_contribution_burst", counting)
+    monkeypatch.setattr(pl, "apply_window", counting)
     out_ref, out_burst = [], []
     ref = make_pipeline(job, out_ref)
     new = make_pipeline(job, out_burst)

@@ -8,7 +8,6 @@ import csv
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,6 @@ import numpy as np
 import pytest
 
 from qaina_bench.harness.config import RunConfig
-from qaina_bench.harness.record import RunRecord
 from qaina_bench.harness.run import Run
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.hosts.quantize import Quantizer

@@ -39,6 +39,3 @@ class QainaTopo(Topo):
 
     def addWorker(self, i: int) -> str:
         return self.addHost(f"h{i}", ip=f"{host_ip(i)}/8", mac=host_mac(i))
-
-    def describe(self) -> str:
-        return self.__class__.__name__
