@@ -6,8 +6,8 @@ The package's parts are the repository's top-level folders:
                              and the embedded software switch;
 * ``qaina_bench.hosts``      what runs on a worker: traces, quantizer, lane packing, agent;
 * ``qaina_bench.topologies`` Mininet topologies;
-* ``qaina_bench.harness``    the CLI, switch targets, P4Runtime control plane, measurement;
-* ``qaina_bench.results``    writing, reading and summarising result sets.
+* ``qaina_bench.harness``    the CLI, switch targets, P4Runtime control plane, measurement,
+                             result sets (``results/`` holds only run outputs).
 """
 
 __version__ = "0.1.0"

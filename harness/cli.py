@@ -263,7 +263,7 @@ def results():
 @click.option("--results-dir", type=click.Path(), default="results", show_default=True)
 def results_list(results_dir):
     """Result sets, newest last: status and what was run."""
-    from ..results import describe_run, list_runs
+    from .summary import describe_run, list_runs
     for p in list_runs(Path(results_dir)):
         click.echo(f"{p.name:48} {describe_run(p)}")
 
@@ -272,7 +272,7 @@ def results_list(results_dir):
 @click.argument("run_dir", type=click.Path())
 def results_show(run_dir):
     """The summary table of a result set, with what its columns mean."""
-    from ..results import SummaryError, load_summary
+    from .summary import SummaryError, load_summary
     try:
         summary = load_summary(Path(run_dir))
     except SummaryError as exc:

@@ -22,7 +22,8 @@ from pathlib import Path
 from ..hosts.agent import AgentConfig
 from ..hosts.lanes import LaneFormat
 from ..hosts.traces import find_trace
-from ..results import ResultWriter, summarise
+from .resultset import ResultWriter
+from .summary import summarise
 from ..topologies import TOPOLOGIES, LinkParams
 from .config import ConfigError, RunConfig
 from .jobs import Job, aggregator_ip, int_to_ip, partition_slots

@@ -22,7 +22,7 @@ import time
 import numpy as np
 import psutil
 
-from ..results import ResultWriter
+from .resultset import ResultWriter
 
 COUNTERS = ("MyIngress.slots_opened", "MyIngress.slots_closed", "MyIngress.agg_packets",
             "MyIngress.retx_answered", "MyEgress.results_sent")

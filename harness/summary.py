@@ -1,18 +1,11 @@
-"""Result sets: ``results/<run-id>/`` written during a run, read and summarised after.
+"""``summary.json`` of a result set: every figure, computed from its tables.
 
-A result set holds:
-
-* ``config.yaml``      the resolved configuration (``qaina-bench run`` repeats it);
-* ``iterations.csv``   one row per job, worker and iteration (see ``ITERATION_COLUMNS``);
-* ``timeseries.csv``   switch samples (slots in use per job and switch, counters), link
-                       byte counters per switch interface, drops by reason;
-* ``summary.json``     per job: completion times, throughput, slot usage, register-bit
-                       efficiency, aggregation error; plus the run's facts and versions;
-* ``logs/``            every switch's and agent's log; ``agents/`` their raw records;
-* ``*.png``            plots of slot usage and iteration completion times.
-
-Every number of ``summary.json`` is computed here, in ``summarise``, from the rows of
-``iterations.csv`` and ``timeseries.csv``; ``tests`` check that they agree.
+``summarise`` writes ``iterations.csv`` from the agents' records and computes every
+number of ``summary.json`` from the rows of ``iterations.csv`` and
+``timeseries.csv`` (``job_summary``: completion times, throughput, slot usage,
+register-bit efficiency, aggregation error; ``validity``: what may make the figures
+untrustworthy); ``tests/test_testbed.py`` checks that summary and tables agree.
+``load_summary``, ``describe_run`` and ``list_runs`` read result sets back.
 """
 
 from __future__ import annotations
@@ -26,59 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..p4.constants import DROP_NAMES, REGISTER_BITS_PER_SLOT
+from ..p4.constants import REGISTER_BITS_PER_SLOT
 from ..p4.header import QAINA_WORDS
-
-ITERATION_COLUMNS = ["job", "worker", "iteration", "start", "end", "completion_s", "elements",
-                     "values", "compressed", "packets_sent", "packets_received", "bytes_sent",
-                     "bytes_received", "retransmissions", "timeouts", "fast_retransmits",
-                     "duplicates", "refused", "send_errors", "clipped", "rel_error", "encode_s",
-                     "decode_s", "rtt_median_s", "window_mean"]
-TIMESERIES_COLUMNS = ["time", "kind", "switch", "job", "interface", "slots_opened",
-                      "slots_closed", "slots_in_use", "agg_packets", "retx_answered",
-                      "results_sent", "bytes_sent", "bytes_recv", "packets_sent",
-                      "packets_recv", "reason", "drops"]
-
-
-class ResultWriter:
-    """Writes one result set as the run goes, so an interrupted run keeps its data."""
-
-    def __init__(self, directory: Path):
-        self.dir = Path(directory)
-        self.log_dir = self.dir / "logs"
-        self.log_dir.mkdir(parents=True, exist_ok=False)
-        self._ts = open(self.dir / "timeseries.csv", "w", newline="", buffering=1)
-        self._ts_writer = csv.DictWriter(self._ts, TIMESERIES_COLUMNS)
-        self._ts_writer.writeheader()
-        self.errors: list[str] = []
-
-    def write_config(self, text: str):
-        (self.dir / "config.yaml").write_text(text)
-
-    def note_error(self, message: str):
-        self.errors.append(message)
-
-    def add_sample(self, row: dict):
-        self._ts_writer.writerow({"kind": "slots", **row})
-
-    def add_link_sample(self, row: dict):
-        self._ts_writer.writerow({"kind": "link", **row})
-
-    def add_drops(self, t: float, switch: str, drops: dict[int, int]):
-        for reason, count in sorted(drops.items()):
-            if count:
-                self._ts_writer.writerow({"time": t, "kind": "drops", "switch": switch,
-                                          "reason": DROP_NAMES.get(reason, str(reason)),
-                                          "drops": count})
-
-    def close(self):
-        if not self._ts.closed:
-            self._ts.close()
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+from .plots import plot
+from .resultset import ITERATION_COLUMNS, ResultWriter, read_csv
 
 
 def iteration_rows(agents: list[dict]) -> list[dict]:
@@ -267,45 +211,6 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         summary["errors"].append(f"plotting failed: {exc}")
         (writer.dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
-
-
-def plot(directory: Path, rows: list[dict], slot_samples: list[dict], meta: dict):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if slot_samples:
-        t0 = min(float(s["time"]) for s in slot_samples)
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        agg = meta.get("aggregator")
-        for job in meta["jobs"]:
-            pts = [(float(s["time"]) - t0, float(s["slots_in_use"])) for s in slot_samples
-                   if int(s["job"]) == job["job_id"] and (agg is None or s["switch"] == agg)]
-            if pts:
-                ax.step(*zip(*pts), where="post",
-                        label=f"job {job['job_id']} (b={job['bits']}, m={job['lanes']})")
-        ax.set_xlabel("time (s)")
-        ax.set_ylabel("slots in use")
-        ax.set_title("Aggregator slots held per job")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(directory / "slots.png", dpi=120)
-        plt.close(fig)
-    if rows:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        for job in meta["jobs"]:
-            mine = [r for r in rows if r["job"] == job["job_id"]]
-            its = sorted({r["iteration"] for r in mine})
-            means = [np.mean([r["completion_s"] for r in mine if r["iteration"] == i]) * 1e3
-                     for i in its]
-            ax.plot(its, means, marker="o", label=f"job {job['job_id']} (b={job['bits']})")
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("completion time (ms)")
-        ax.set_title("Iteration completion time (mean over workers)")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(directory / "iterations.png", dpi=120)
-        plt.close(fig)
 
 
 class SummaryError(ValueError):

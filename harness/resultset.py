@@ -1,0 +1,68 @@
+"""One result set, ``results/<run-id>/``, written while its run goes.
+
+A result set holds ``config.yaml`` (the resolved configuration), ``iterations.csv``
+(one row per job, worker and iteration: ``ITERATION_COLUMNS``), ``timeseries.csv``
+(switch samples, link counters, drops by reason: ``TIMESERIES_COLUMNS``),
+``summary.json`` (``harness/summary.py``), plots (``harness/plots.py``), ``logs/``
+and ``agents/``. The writer appends as the run goes, so an interrupted run keeps
+what it measured.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from ..p4.constants import DROP_NAMES
+
+
+ITERATION_COLUMNS = ["job", "worker", "iteration", "start", "end", "completion_s", "elements",
+                     "values", "compressed", "packets_sent", "packets_received", "bytes_sent",
+                     "bytes_received", "retransmissions", "timeouts", "fast_retransmits",
+                     "duplicates", "refused", "send_errors", "clipped", "rel_error", "encode_s",
+                     "decode_s", "rtt_median_s", "window_mean"]
+TIMESERIES_COLUMNS = ["time", "kind", "switch", "job", "interface", "slots_opened",
+                      "slots_closed", "slots_in_use", "agg_packets", "retx_answered",
+                      "results_sent", "bytes_sent", "bytes_recv", "packets_sent",
+                      "packets_recv", "reason", "drops"]
+
+
+class ResultWriter:
+    """Writes one result set as the run goes, so an interrupted run keeps its data."""
+
+    def __init__(self, directory: Path):
+        self.dir = Path(directory)
+        self.log_dir = self.dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=False)
+        self._ts = open(self.dir / "timeseries.csv", "w", newline="", buffering=1)
+        self._ts_writer = csv.DictWriter(self._ts, TIMESERIES_COLUMNS)
+        self._ts_writer.writeheader()
+        self.errors: list[str] = []
+
+    def write_config(self, text: str):
+        (self.dir / "config.yaml").write_text(text)
+
+    def note_error(self, message: str):
+        self.errors.append(message)
+
+    def add_sample(self, row: dict):
+        self._ts_writer.writerow({"kind": "slots", **row})
+
+    def add_link_sample(self, row: dict):
+        self._ts_writer.writerow({"kind": "link", **row})
+
+    def add_drops(self, t: float, switch: str, drops: dict[int, int]):
+        for reason, count in sorted(drops.items()):
+            if count:
+                self._ts_writer.writerow({"time": t, "kind": "drops", "switch": switch,
+                                          "reason": DROP_NAMES.get(reason, str(reason)),
+                                          "drops": count})
+
+    def close(self):
+        if not self._ts.closed:
+            self._ts.close()
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
