@@ -213,20 +213,25 @@ def traces():
 @traces.command("list")
 @click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
 def traces_list(dirs):
-    """Trace sets found in the search path."""
+    """Trace sets found in the search path (--trace-dir first, then the bundled sets)."""
     from ..hosts.traces import list_traces
     for t in list_traces(list(dirs) or None):
-        click.echo(f"{t.name:24} {t.path}")
+        if t.problem:
+            click.echo(f"{t.name}  UNUSABLE: {t.problem}")
+        else:
+            click.echo(f"{t.name}  {t.model}  {t.workers} workers x {t.iterations} iterations x "
+                       f"{t.elements} elements  {t.path}")
 
 
 @traces.command("show")
 @click.argument("name")
 @click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
 def traces_show(name, dirs):
-    """The manifest of trace set NAME."""
+    """Where trace set NAME (a name or a path) is, and its manifest."""
     from ..hosts.traces import TraceError, find_trace, read_manifest
     try:
         path = find_trace(name, list(dirs) or None)
+        click.echo(path)
         click.echo(json.dumps(read_manifest(path), indent=1))
     except TraceError as exc:
         _fail(exc)
@@ -240,14 +245,24 @@ def traces_show(name, dirs):
 @click.option("--workers", type=int, default=4, show_default=True)
 @click.option("--iterations", type=int, default=8, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--batch-size", type=int, default=32, show_default=True, help="per worker")
+@click.option("--lr", type=float, default=0.1, show_default=True, help="SGD learning rate")
+@click.option("--hidden", default="128,64", show_default=True, help="mlp hidden layer sizes")
 @click.option("--overwrite", is_flag=True)
-def traces_record(name, out_dir, model, workers, iterations, seed, overwrite):
+def traces_record(name, out_dir, model, workers, iterations, seed, batch_size, lr, hidden,
+                  overwrite):
     """Train MODEL on scikit-learn's digits across WORKERS workers and record gradients."""
-    from ..hosts.traces import TraceError, record
+    from ..hosts.recorder import record
+    from ..hosts.traces import TraceError
+    try:
+        sizes = tuple(int(h) for h in hidden.split(",") if h.strip())
+    except ValueError:
+        _fail(ValueError(f"--hidden {hidden!r}: comma-separated layer sizes, e.g. 128,64"))
     try:
         ts = record(name, out_dir, model=model, workers=workers, iterations=iterations,
-                    seed=seed, overwrite=overwrite, log=click.echo)
-    except (TraceError, ImportError) as exc:
+                    seed=seed, batch_size=batch_size, learning_rate=lr, hidden=sizes,
+                    overwrite=overwrite, log=click.echo)
+    except (TraceError, ImportError, ValueError) as exc:
         _fail(exc)
     click.echo(f"recorded {ts.path}: {ts.workers} workers x {ts.iterations} iterations x "
                f"{ts.elements} elements")

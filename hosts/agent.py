@@ -100,6 +100,21 @@ class AgentError(RuntimeError):
     """The agent cannot go on (no progress, bad configuration)."""
 
 
+@dataclass
+class Aggregated:
+    """What aggregating one vector over the job's workers gave this worker."""
+
+    total: np.ndarray  # the dequantized sum
+    levels: np.ndarray  # this worker's quantized levels
+    sums: np.ndarray  # the integer level sums received
+    scale: np.ndarray  # the exponent of every chunk
+    next_scales: np.ndarray | None  # agreed maxima for the next iteration's first chunks
+    top: int | None  # the largest exponent agreed
+    stats: ExchangeStats
+    encode_s: float
+    clipped: int  # values beyond a predicted scale
+
+
 class Agent:
     """Replays one worker's trace through in-network aggregation."""
 
@@ -195,12 +210,10 @@ class Agent:
                    refused=stats.refused)
         return agreed
 
-    def aggregate(self, values: np.ndarray, predicted: np.ndarray):
+    def aggregate(self, values: np.ndarray, predicted: np.ndarray) -> Aggregated:
         """Sum ``values`` over the job's workers through the switch.
 
-        ``predicted`` are the scales of the first P chunks. Returns (dequantized sum,
-        own levels, level sums, scales, maxima agreed for the next iteration's first P
-        chunks, largest exponent agreed, exchange stats, encode seconds, clipped count).
+        ``predicted`` are the scales of the first P chunks.
         """
         n = len(values)
         ce = self.chunk_elems
@@ -227,10 +240,10 @@ class Agent:
         total = self.quantizer.dequantize_sum(sums, scale, ce)
         limit = np.repeat(np.ldexp(1.0, scale.astype(np.int32)), ce)[:n]
         clipped = int(np.count_nonzero(np.abs(values) > limit))
-        return (total, levels, sums, scale, agreed[C - P:], int(agreed.max()), stats,
-                encode[0], clipped)
+        return Aggregated(total, levels, sums, scale, agreed[C - P:], int(agreed.max()), stats,
+                          encode[0], clipped)
 
-    def ring_aggregate(self, values: np.ndarray):
+    def ring_aggregate(self, values: np.ndarray) -> Aggregated:
         """``aggregate`` by ring all-reduce: a max all-reduce agrees every chunk's scale
         exactly, then the packed words are summed with wrapping addition."""
         n, ce = len(values), self.chunk_elems
@@ -246,7 +259,7 @@ class Agent:
         total = self.quantizer.dequantize_sum(sums, scale, ce)
         stats.bytes_sent = self.ring.bytes_sent - sent0
         stats.bytes_received = self.ring.bytes_received - received0
-        return total, levels, sums, scale, None, None, stats, encode_s, 0
+        return Aggregated(total, levels, sums, scale, None, None, stats, encode_s, 0)
 
     def iteration(self, i: int, predicted: np.ndarray | None):
         """Aggregate iteration ``i``, compressed once the GradiVeQ basis is fitted.
@@ -260,15 +273,13 @@ class Agent:
         values = self.gvq.compress(grad) if compressed else grad
         compress_s = time.perf_counter() - t0
         if self.ring is not None:
-            (total, levels, sums, scale, nxt, top, stats, encode_s,
-             clipped) = self.ring_aggregate(values)
+            a = self.ring_aggregate(values)
         else:
             if predicted is None:
                 predicted = self.warm_up(values)
-            (total, levels, sums, scale, nxt, top, stats, encode_s,
-             clipped) = self.aggregate(values, predicted)
+            a = self.aggregate(values, predicted)
         t1 = time.perf_counter()
-        aggregate = self.gvq.decompress(total, self.elements) if compressed else total
+        aggregate = self.gvq.decompress(a.total, self.elements) if compressed else a.total
         end = time.time()
         decode_s = time.perf_counter() - t1
         if self.gvq is not None and i < self.cfg.gvq_fit_iterations:
@@ -278,24 +289,28 @@ class Agent:
         exact = self.exact[i]
         err = float(np.linalg.norm(aggregate - exact) / max(np.linalg.norm(exact), 1e-30))
         if self.cfg.record_levels:
-            self.levels_record[f"levels_{i}"] = levels
-            self.levels_record[f"sums_{i}"] = sums.astype(np.int64)
-            self.levels_record[f"aggregate_{i}"] = total
-            self.levels_record[f"scale_{i}"] = scale
-        rtts = stats.rtts
+            self.levels_record[f"levels_{i}"] = a.levels
+            self.levels_record[f"sums_{i}"] = a.sums.astype(np.int64)
+            self.levels_record[f"aggregate_{i}"] = a.total
+            self.levels_record[f"scale_{i}"] = a.scale
+        self._record_iteration(i, a, values, compressed, end, err, compress_s, decode_s)
+        return a.next_scales, a.top, len(values)
+
+    def _record_iteration(self, i: int, a: Aggregated, values, compressed: bool, end: float,
+                          err: float, compress_s: float, decode_s: float):
+        stats, rtts = a.stats, a.stats.rtts
         self._emit(type="iteration", iteration=i, start=stats.first_send, end=end,
                    completion_s=end - stats.first_send, elements=self.elements,
-                   values=len(values), compressed=compressed, chunks=len(scale),
+                   values=len(values), compressed=compressed, chunks=len(a.scale),
                    packets_sent=stats.packets_sent, packets_received=stats.packets_received,
                    bytes_sent=stats.bytes_sent or stats.packets_sent * FRAME_LEN,
                    bytes_received=stats.bytes_received or stats.packets_received * FRAME_LEN,
                    retransmissions=stats.retransmissions, timeouts=stats.timeouts,
                    fast_retransmits=stats.fast_retransmits, duplicates=stats.duplicates,
-                   refused=stats.refused, send_errors=stats.send_errors, clipped=clipped,
-                   rel_error=err, encode_s=encode_s + compress_s, decode_s=decode_s,
+                   refused=stats.refused, send_errors=stats.send_errors, clipped=a.clipped,
+                   rel_error=err, encode_s=a.encode_s + compress_s, decode_s=decode_s,
                    rtt_median_s=float(np.median(rtts)) if rtts else None,
                    window_mean=stats.window_mean)
-        return nxt, top, len(values)
 
     def run(self):
         cfg = self.cfg

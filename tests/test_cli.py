@@ -83,7 +83,9 @@ def test_traces_list_and_show_the_bundled_set():
     assert code == 0 and "digits-mlp" in out
     code, out = run_cli("traces", "show", "digits-mlp")
     assert code == 0
-    manifest = json.loads(out)
+    path, manifest = out.split("\n", 1)
+    assert path.endswith("digits-mlp")
+    manifest = json.loads(manifest)
     assert manifest["workers"] == 8 and manifest["model"]
 
 

@@ -1,4 +1,5 @@
-"""Gradient trace sets (hosts/traces.py): format, lookup, recorder, bundled set."""
+"""Gradient trace sets: format and lookup (hosts/traces.py), models (hosts/models.py),
+the recorder (hosts/recorder.py), the bundled set, the traces command line."""
 
 import json
 import sys
@@ -6,10 +7,14 @@ import sys
 import numpy as np
 import pytest
 
-from qaina_bench.hosts import traces
-from qaina_bench.hosts.traces import (Layer, NumpyMLP, TraceError, TraceSet, default_trace_dir,
-                                      find_trace, list_traces, open_trace, record,
-                                      write_trace)
+from click.testing import CliRunner
+
+from qaina_bench.harness.cli import main as cli
+from qaina_bench.hosts import recorder
+from qaina_bench.hosts.models import NumpyMLP
+from qaina_bench.hosts.recorder import record
+from qaina_bench.hosts.traces import (Layer, TraceError, TraceSet, default_trace_dir,
+                                      find_trace, list_traces, open_trace, write_trace)
 
 LAYERS = [("a.weight", (3, 4)), ("a.bias", (3,))]
 
@@ -195,15 +200,15 @@ def test_unknown_name_says_where_it_looked(tmp_path):
         find_trace("nope", [tmp_path])
 
 
-def test_command_line(capsys, small_trace):
+def test_command_line(small_trace):
     trace, _ = small_trace
-    assert traces.main(["--dir", str(trace.path.parent), "list"]) == 0
-    out = capsys.readouterr().out
-    assert "digits-mlp" in out and "small\ttoy\t3 workers" in out
-    assert traces.main(["show", str(trace.path)]) == 0
-    assert '"workers": 3' in capsys.readouterr().out
-    assert traces.main(["show", "nope"]) == 1
-    assert "no trace set 'nope'" in capsys.readouterr().err
+    run = CliRunner().invoke(cli, ["traces", "list", "--trace-dir", str(trace.path.parent)])
+    assert run.exit_code == 0
+    assert "digits-mlp" in run.output and "small  toy  3 workers x 2 iterations" in run.output
+    run = CliRunner().invoke(cli, ["traces", "show", str(trace.path)])
+    assert run.exit_code == 0 and '"workers": 3' in run.output
+    run = CliRunner().invoke(cli, ["traces", "show", "nope"])
+    assert run.exit_code != 0 and "no trace set 'nope'" in run.output
 
 
 # -- the numpy model ----------------------------------------------------------------------
@@ -278,7 +283,7 @@ def test_recorder_checks_its_arguments(tmp_path):
 
 def test_cnn_without_torch_says_how_to_install_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
-    with pytest.raises(TraceError, match=r"pip install torch==2\.13\.0"):
+    with pytest.raises(TraceError, match=r"download\.pytorch\.org/whl/cpu"):
         record("cnn", tmp_path, model="cnn", workers=2, iterations=1)
 
 
@@ -300,7 +305,7 @@ def test_cnn_records_with_torch(tmp_path):
 def test_bundled_default_trace():
     trace = open_trace("digits-mlp")
     assert (trace.workers, trace.iterations) == (8, 12)
-    assert trace.model == "mlp" and trace.manifest["created_by"]["recorder"] == traces.RECORDER
+    assert trace.model == "mlp" and trace.manifest["created_by"]["recorder"] == recorder.RECORDER
     size = sum(p.stat().st_size for p in trace.path.iterdir())
     assert size <= 3 * 2**20
     train_loss = trace.manifest["train_loss"] + [trace.manifest["final_train_loss"]]
