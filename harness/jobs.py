@@ -20,6 +20,7 @@ class Worker:
     ip: int  # IPv4 address as int
     mac: int  # 48-bit MAC as int
     port: int  # the aggregating switch's port towards this worker (both ways)
+    host: str = ""  # the Mininet host it runs on
 
 
 @dataclass

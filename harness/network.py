@@ -97,26 +97,18 @@ class Testbed:
 
     # -- bring-up ----------------------------------------------------------------------
     def start(self, ready_timeout: float = 30.0):
-        self.device_ids = {name: k for k, name in enumerate(sorted(self.topo.switches()), 1)}
         switch = partial(QainaSwitch, target=self.target, log_dir=self.log_dir,
                          record=self.record, log_packets=self.log_packets)
-        self.net = Mininet(topo=None, switch=switch, link=TCLink, controller=None,
+        self.net = Mininet(topo=self.topo, switch=switch, link=TCLink, controller=None,
                            build=False, autoSetMacs=False)
-        # Build by hand so every switch gets its device id before it starts.
-        for name in self.topo.hosts():
-            self.net.addHost(name, **self.topo.nodeInfo(name))
-        for name in self.topo.switches():
-            self.net.addSwitch(name, device_id=self.device_ids[name],
-                               **self.topo.nodeInfo(name))
-        for src, dst, params in self.topo.links(sort=True, withKeys=False, withInfo=True):
-            self.net.addLink(**params)
+        self.net.build()  # hosts, switches (each with its device id) and links
+        self.device_ids = {sw.name: sw.device_id for sw in self.net.switches}
         for node in self.net.hosts + self.net.switches:
             self.record.add_process(node.pid, f"mininet shell {node.name}")
         for link in self.net.links:  # both ends: one of them is in the root namespace
             self.record.add_interface(link.intf1.name)
             self.record.add_interface(link.intf2.name)
         self.record.save()
-        self.net.build()
         self.net.start()
         for h in self.net.hosts:
             h.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
@@ -197,7 +189,7 @@ class Testbed:
     def worker(self, index: int, host: str, aggregator: str) -> Worker:
         h = self.net.get(host)
         return Worker(index, ip_to_int(h.IP()), mac_to_int(h.MAC()),
-                      self.next_hops(host)[aggregator])
+                      self.next_hops(host)[aggregator], host)
 
     def switch_program(self) -> dict:
         """What runs the switches (target, and for BMv2 which build)."""

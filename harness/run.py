@@ -239,9 +239,9 @@ class Run:
         self.events["network_up"] = time.time()
         agg = topo.aggregator
         bases = partition_slots([cfg.slots] * cfg.jobs)
+        job_hosts = topo.job_hosts(cfg.jobs, cfg.workers)
         for j, bits in enumerate(cfg.job_bits()):
-            hosts = [f"h{j * cfg.workers + k + 1}" for k in range(cfg.workers)]
-            workers = [self.testbed.worker(k, h, agg) for k, h in enumerate(hosts)]
+            workers = [self.testbed.worker(k, h, agg) for k, h in enumerate(job_hosts[j])]
             self.jobs.append(Job(j + 1, j, LaneFormat(bits, cfg.workers), bases[j],
                                  cfg.slots, workers))
         if cfg.mode == "ina":
@@ -251,7 +251,7 @@ class Run:
         for job in self.jobs:
             self.echo(f"  job {job.job_id}: {job.fmt.describe()}, slots "
                       f"{job.slot_base}..{job.slot_base + job.slot_count - 1} on {agg}, "
-                      f"hosts {', '.join(f'h{job.index * cfg.workers + w.index + 1}' for w in job.workers)}")
+                      f"hosts {', '.join(w.host for w in job.workers)}")
 
     def _launch_agents(self):
         cfg = self.cfg
@@ -259,7 +259,7 @@ class Run:
         go = self.writer.dir / "agents" / "go"
         for job in self.jobs:
             for w in job.workers:
-                host = f"h{job.index * cfg.workers + w.index + 1}"
+                host = w.host
                 name = f"j{job.job_id}w{w.index}"
                 acfg = AgentConfig(job_id=job.job_id, worker=w.index, workers=cfg.workers,
                                    bits=job.fmt.bits, trace=str(self.trace_path),

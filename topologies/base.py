@@ -30,7 +30,8 @@ def host_mac(i: int) -> str:
 
 
 class QainaTopo(Topo):
-    """Base class: ``addWorker`` adds host ``h<i>``; ``aggregator`` is set by subclasses."""
+    """Base class: ``addWorker`` adds host ``h<i>``, ``addSwitch`` gives every switch
+    the next P4Runtime device id (from 1); ``aggregator`` is set by subclasses."""
 
     aggregator = "s1"
 
@@ -39,3 +40,18 @@ class QainaTopo(Topo):
 
     def addWorker(self, i: int) -> str:
         return self.addHost(f"h{i}", ip=f"{host_ip(i)}/8", mac=host_mac(i))
+
+    def addSwitch(self, name: str, **opts) -> str:
+        opts.setdefault("device_id", len(self.switches()) + 1)
+        return super().addSwitch(name, **opts)
+
+    def device_id(self, switch: str) -> int:
+        return self.nodeInfo(switch)["device_id"]
+
+    def job_hosts(self, jobs: int, workers: int) -> list[list[str]]:
+        """The hosts of each job: consecutive workers (``h1..hW`` job 1, ...)."""
+        hosts = sorted(self.hosts(), key=lambda h: int(h[1:]))
+        if jobs * workers > len(hosts):
+            raise ValueError(f"{jobs} jobs x {workers} workers need {jobs * workers} hosts, "
+                             f"the topology has {len(hosts)}")
+        return [hosts[j * workers:(j + 1) * workers] for j in range(jobs)]
