@@ -11,6 +11,7 @@ import threading
 import time
 
 import grpc
+from google.protobuf import text_format
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
@@ -46,17 +47,77 @@ def _describe(exc: grpc.RpcError) -> str:
     return f"{exc.code().name}: {exc.details()}"
 
 
+class RequestLog(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Every P4Runtime request and response of a connection, written to a file as
+    protobuf text (what a switch refused can be read afterwards, as with p4lang's
+    tutorials' request logger). Reads, which the harness makes many times a second,
+    take one line per request and per response."""
+
+    def __init__(self, path):
+        self.file = open(path, "a", buffering=1)
+        self.lock = threading.Lock()
+
+    def write(self, arrow: str, method: str, message=None, error: str | None = None):
+        name = method.rsplit("/", 1)[-1]
+        if name == "SetForwardingPipelineConfig" and message is not None and \
+                message.DESCRIPTOR.name.endswith("Request") and message.config.p4_device_config:
+            shown = type(message)()
+            shown.CopyFrom(message)  # the compiled program is too big to read: its size
+            shown.config.p4_device_config = (
+                f"<{len(message.config.p4_device_config)} bytes>".encode())
+            message = shown
+        if error is not None:
+            text = error
+        elif name == "Read":
+            text = text_format.MessageToString(message, as_one_line=True)
+        else:
+            text = "\n" + text_format.MessageToString(message).rstrip()
+        stamp = time.strftime("%H:%M:%S") + f".{int(time.time() * 1000) % 1000:03d}"
+        with self.lock:
+            self.file.write(f"{stamp} {arrow} {name} {text}\n")
+
+    def intercept_unary_unary(self, continuation, details, request):
+        self.write(">", details.method, request)
+        outcome = continuation(details, request)
+        try:
+            self.write("<", details.method, outcome.result())
+        except grpc.RpcError as exc:
+            self.write("<", details.method, error=f"ERROR {_describe(exc)}")
+        return outcome
+
+    def intercept_unary_stream(self, continuation, details, request):
+        self.write(">", details.method, request)
+        responses = continuation(details, request)
+
+        def logged():
+            try:
+                for response in responses:
+                    self.write("<", details.method, response)
+                    yield response
+            except grpc.RpcError as exc:
+                self.write("<", details.method, error=f"ERROR {_describe(exc)}")
+                raise
+        return logged()
+
+    def close(self):
+        self.file.close()
+
+
 class SwitchConnection:
-    """A primary P4Runtime client of one switch."""
+    """A primary P4Runtime client of one switch; with ``log_path``, every request and
+    response goes to that file (``RequestLog``)."""
 
     def __init__(self, name: str, address: str, device_id: int, p4info: P4Info | None = None,
-                 election_id: tuple[int, int] = (0, 1)):
+                 election_id: tuple[int, int] = (0, 1), log_path=None):
         self.name = name
         self.address = address
         self.device_id = device_id
         self.p4info = p4info or P4Info.load()
         self.election_id = election_id
         self.channel = grpc.insecure_channel(address)
+        self.log = RequestLog(log_path) if log_path else None
+        if self.log is not None:
+            self.channel = grpc.intercept_channel(self.channel, self.log)
         self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
         self._requests: queue.Queue = queue.Queue()
         self._responses: queue.Queue = queue.Queue()
@@ -85,6 +146,8 @@ class SwitchConnection:
         req = p4runtime_pb2.StreamMessageRequest()
         req.arbitration.device_id = self.device_id
         req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
+        if self.log is not None:
+            self.log.write(">", "StreamChannel", req)
         self._requests.put(req)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -95,6 +158,8 @@ class SwitchConnection:
             if isinstance(msg, grpc.RpcError):
                 raise ControlError(f"{self.name}: stream channel failed: {_describe(msg)}")
             if msg.HasField("arbitration"):
+                if self.log is not None:
+                    self.log.write("<", "StreamChannel", msg)
                 if msg.arbitration.status.code != code_pb2.OK:
                     raise ControlError(f"{self.name}: not primary: "
                                        f"{msg.arbitration.status.message}")
@@ -116,6 +181,8 @@ class SwitchConnection:
         if self._stream is not None:
             self._stream.cancel()
         self.channel.close()
+        if self.log is not None:
+            self.log.close()
 
     def _call(self, what: str, fn, request):
         try:

@@ -129,7 +129,8 @@ class Testbed:
 
     def _connect(self, timeout: float):
         for sw in self.net.switches:
-            conn = SwitchConnection(sw.name, sw.target.grpc_addr, sw.device_id)
+            conn = SwitchConnection(sw.name, sw.target.grpc_addr, sw.device_id,
+                                    log_path=self.log_dir / f"p4runtime-{sw.name}.log")
             self.conns[sw.name] = conn
             sw.target.wait_ready(conn, timeout)
             conn.arbitrate()

@@ -217,6 +217,25 @@ def test_only_the_primary_writes_and_foreign_programs_are_refused(fresh):
     wrong_device.close()
 
 
+def test_the_request_log_keeps_what_a_switch_refused(fresh, tmp_path):
+    log = tmp_path / "p4runtime.log"
+    fresh.conn.close()
+    fresh.conn = SwitchConnection("s1", fresh.target.grpc_addr, 1, election_id=(1, 0),
+                                  log_path=log)
+    fresh.conn.arbitrate()
+    fresh.conn.insert("MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": 41},
+                      "MyIngress.accept_qaina")
+    with pytest.raises(ControlError, match="ALREADY_EXISTS"):
+        fresh.conn.insert("MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": 41},
+                          "MyIngress.accept_qaina")
+    fresh.conn.read_counter("MyIngress.drops")
+    text = log.read_text()
+    assert "> StreamChannel" in text and 'message: "primary"' in text
+    assert text.count("> Write") == 2 and text.count("< Write") == 2
+    assert "ALREADY_EXISTS" in text.split("< Write", 2)[2]
+    assert "> Read device_id: 1 entities { counter_entry" in text and "< Read entities" in text
+
+
 def test_pipeline_config_reads_back(fresh):
     req = p4runtime_pb2.GetForwardingPipelineConfigRequest(device_id=1)
     cfg = fresh.conn.stub.GetForwardingPipelineConfig(req).config

@@ -71,6 +71,9 @@ def test_star_four_workers_get_exact_aggregates(tmp_path):
     for name in ("config.yaml", "iterations.csv", "timeseries.csv", "summary.json",
                  "slots.png", "iterations.png", "logs/s1.log", "logs/agent-j1w0.log"):
         assert (directory / name).exists(), name
+    requests = (directory / "logs" / "p4runtime-s1.log").read_text()
+    assert "> SetForwardingPipelineConfig" in requests and "<1" not in requests
+    assert requests.count("table_id: 33554436") == 4  # member_table: the 4 workers
 
 
 def test_dumbbell_aggregates_across_the_bottleneck_and_reruns_from_its_config(tmp_path):
