@@ -175,7 +175,8 @@ class Testbed:
         for agg in self.net.switches:
             for sw, port in self.next_hops(agg.name).items():
                 routes[sw].append(("MyIngress.ipv4_lpm",
-                                   {"hdr.ipv4.dstAddr": (ip_to_int(aggregator_ip(agg.device_id)), 32)},
+                                   {"hdr.ipv4.dstAddr":
+                                    (ip_to_int(aggregator_ip(agg.device_id)), 32)},
                                    "MyIngress.forward", {"port": port}))
         for sw, entries in routes.items():
             self.conns[sw].insert_many(entries)

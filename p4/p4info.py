@@ -130,8 +130,9 @@ def difference(expected: p4info_pb2.P4Info, given: p4info_pb2.P4Info) -> str | N
         mine, theirs = getattr(expected, field.name), getattr(given, field.name)
         if mine == theirs:
             continue
-        if field.label != field.LABEL_REPEATED or not hasattr(field.message_type, "fields_by_name") \
-                or "preamble" not in field.message_type.fields_by_name:
+        entity = field.message_type
+        if (field.label != field.LABEL_REPEATED or entity is None
+                or "preamble" not in entity.fields_by_name):
             return f"{field.name} differs"
         ours = {e.preamble.name: e for e in mine}
         other = {e.preamble.name: e for e in theirs}

@@ -203,8 +203,8 @@ def test_only_the_primary_writes_and_foreign_programs_are_refused(fresh):
             next(c for c in foreign.counters if c.preamble.name.endswith("drops")).size = 4
         other.p4info.proto = foreign
         with pytest.raises(ControlError, match="INVALID_ARGUMENT"):
-            req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
-                device_id=1, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+            Req = p4runtime_pb2.SetForwardingPipelineConfigRequest
+            req = Req(device_id=1, action=Req.VERIFY_AND_COMMIT)
             req.election_id.high, req.election_id.low = fresh.conn.election_id
             req.config.p4info.CopyFrom(foreign)
             req.config.p4_device_config = fresh.target.device_config()

@@ -18,6 +18,7 @@ import pytest
 
 from qaina_bench.harness.config import RunConfig
 from qaina_bench.harness.run import Run
+from qaina_bench.harness.targets import bmv2_missing
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.hosts.quantize import Quantizer
 
@@ -26,6 +27,14 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("mnexec") is None,
                        reason="mnexec missing: apt-get install mininet"),
 ]
+
+
+@pytest.fixture(params=["embedded", "bmv2"])
+def target(request):
+    """The switch target of a run: every run below that takes it runs on both."""
+    if request.param == "bmv2" and bmv2_missing():
+        pytest.skip(f"BMv2 target: {bmv2_missing()}")
+    return request.param
 
 
 def execute(tmp_path, **kw):
@@ -61,9 +70,9 @@ def check_exact_aggregates(directory: Path, summary: dict):
 
 
 @pytest.mark.smoke
-def test_star_four_workers_get_exact_aggregates(tmp_path):
-    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[4],
-                                 iterations=3)
+def test_star_four_workers_get_exact_aggregates(tmp_path, target):
+    summary, directory = execute(tmp_path, target=target, topo="star", jobs=1, workers=4,
+                                 bits=[4], iterations=3)
     assert summary["complete"], summary["errors"]
     check_exact_aggregates(directory, summary)
     job = summary["jobs"][0]
@@ -76,9 +85,9 @@ def test_star_four_workers_get_exact_aggregates(tmp_path):
     assert requests.count("table_id: 33554436") == 4  # member_table: the 4 workers
 
 
-def test_dumbbell_aggregates_across_the_bottleneck_and_reruns_from_its_config(tmp_path):
-    summary, directory = execute(tmp_path, topo="dumbbell", jobs=1, workers=4, bits=[1],
-                                 iterations=2)
+def test_dumbbell_aggregates_across_the_bottleneck_and_reruns_from_its_config(tmp_path, target):
+    summary, directory = execute(tmp_path, target=target, topo="dumbbell", jobs=1, workers=4,
+                                 bits=[1], iterations=2)
     assert summary["complete"], summary["errors"]
     check_exact_aggregates(directory, summary)  # b = 1: sign lanes
     links = summary["link_bytes"]
@@ -89,9 +98,9 @@ def test_dumbbell_aggregates_across_the_bottleneck_and_reruns_from_its_config(tm
     assert rerun["complete"] and rerun["config"] == {**summary["config"], "run_id": "again"}
 
 
-def test_leafspine_two_jobs_exact_and_slot_usage(tmp_path):
+def test_leafspine_two_jobs_exact_and_slot_usage(tmp_path, target):
     # Links of 1 Mbit/s keep each job busy long enough for the 50 ms switch samples.
-    summary, directory = execute(tmp_path, topo="leafspine", jobs=2, workers=4,
+    summary, directory = execute(tmp_path, target=target, topo="leafspine", jobs=2, workers=4,
                                  bits=[4, 32], iterations=3, slots=16, bw=1)
     assert summary["complete"], summary["errors"]
     assert summary["aggregator"] == "sp1"
@@ -115,9 +124,9 @@ def test_leafspine_two_jobs_exact_and_slot_usage(tmp_path):
         assert c["slots_closed"] == c["slots_opened"] == warmup + 3 * chunks
 
 
-def test_lossy_links_still_aggregate_every_chunk_exactly_once(tmp_path):
-    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[8],
-                                 iterations=3, loss=1.0, slots=16)
+def test_lossy_links_still_aggregate_every_chunk_exactly_once(tmp_path, target):
+    summary, directory = execute(tmp_path, target=target, topo="star", jobs=1, workers=4,
+                                 bits=[8], iterations=3, loss=1.0, slots=16)
     assert summary["complete"], summary["errors"]
     check_exact_aggregates(directory, summary)
     job = summary["jobs"][0]
@@ -170,9 +179,10 @@ def test_summary_agrees_with_the_iteration_table(tmp_path):
     assert saved["startup_to_first_send_s"] > 0
 
 
-def test_gradiveq_aggregates_coefficients_exactly(tmp_path):
-    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[8],
-                                 iterations=3, compress="gradiveq", gvq_d=64, gvq_k=16)
+def test_gradiveq_aggregates_coefficients_exactly(tmp_path, target):
+    summary, directory = execute(tmp_path, target=target, topo="star", jobs=1, workers=4,
+                                 bits=[8], iterations=3, compress="gradiveq", gvq_d=64,
+                                 gvq_k=16)
     assert summary["complete"], summary["errors"]
     check_exact_aggregates(directory, summary)  # the switch summed coefficients exactly
     rows = list(csv.DictReader(open(directory / "iterations.csv")))
