@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..p4.p4info import P4_SOURCE
+from ..p4.p4info import P4_SOURCE, P4Info, difference
 
 TARGETS = ("embedded", "bmv2")
 
@@ -153,13 +154,16 @@ def compile_p4(source: Path = P4_SOURCE, cache: Path | None = None) -> tuple[Pat
     key = hashlib.sha256(source.read_bytes() + (_version([p4c, "--version"]) or "").encode())
     out = (cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
            / "qaina-bench" / "p4c" / key.hexdigest()[:16])
-    json_path, info_path = out / "qaina.json", out / "qaina.p4info.txt"
+    # p4c 1.2.4 refuses a .txtpb P4Info name, 1.2.5 warns that .txt is deprecated.
+    version = _version([p4c, "--version"]) or ""
+    numbers = tuple(int(x) for x in re.findall(r"\d+", version.split("(")[0])[:3])
+    suffix = ".txtpb" if numbers >= (1, 2, 5) else ".txt"
+    json_path, info_path = out / "qaina.json", out / f"qaina.p4info{suffix}"
     if json_path.exists() and info_path.exists():
         return json_path, info_path
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     try:
-        # p4c 1.2.4 rejects a .txtpb P4Info name; .txt works with every version.
         cmd = [p4c, "--target", "bmv2", "--arch", "v1model", "-o", str(work),
                "--p4runtime-files", str(work / info_path.name), str(source)]
         res = subprocess.run(cmd, capture_output=True, text=True)
@@ -229,20 +233,24 @@ class BMv2Target(SwitchProcess):
         return cmd
 
     def device_config(self) -> bytes:
-        json_path, _ = compile_p4()
+        """p4c's JSON of ``qaina.p4``. BMv2 takes any P4Info with it, so this refuses
+        to go on when p4c's P4Info is not the committed one the harness sends."""
+        json_path, info_path = compile_p4()
+        why = difference(P4Info.load().proto, P4Info.load(info_path).proto)
+        if why:
+            raise TargetError(f"p4c's P4Info of {P4_SOURCE.name} differs from the committed "
+                              f"one ({why}): run `make p4info`")
         return json_path.read_bytes()
 
     def fresh_pipeline(self, conn):
-        """BMv2 keeps register and counter values across a VERIFY_AND_COMMIT of the
-        same program; they are reset through its Thrift CLI, so "fresh" means the
-        same on both targets."""
+        """BMv2 keeps register and counter values and its multicast nodes across a
+        VERIFY_AND_COMMIT of the same program (a group written again then holds the
+        old replicas too); its Thrift ``reset_state`` clears them, so "fresh" means
+        the same on both targets."""
         super().fresh_pipeline(conn)
-        names = [f"register_reset {r.name}" for r in conn.p4info.registers.values()]
-        names += [f"counter_reset {c.name}" for c in conn.p4info.counters.values()]
-        out = self.cli(names)
+        out = self.cli(["reset_state"])
         if "Error" in out or "Invalid" in out:
-            raise TargetError(f"{self.name}: resetting registers and counters failed: "
-                              f"{out[-500:]}")
+            raise TargetError(f"{self.name}: reset_state failed: {out[-500:]}")
 
     def cli(self, commands: list[str]) -> str:
         """Run ``simple_switch_CLI`` commands on this switch (Thrift); returns its output."""

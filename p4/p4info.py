@@ -51,6 +51,7 @@ class TableInfo:
     match_fields: tuple[MatchFieldInfo, ...]
     action_ids: tuple[int, ...]
     size: int
+    default_action_id: int | None = None  # the P4Info's initial_default_action
 
     def match_field(self, name: str) -> MatchFieldInfo:
         for m in self.match_fields:
@@ -82,7 +83,8 @@ class P4Info:
             t.preamble.id, t.preamble.name,
             tuple(MatchFieldInfo(m.id, m.name, m.bitwidth, MATCH_TYPES[m.match_type])
                   for m in t.match_fields),
-            tuple(r.id for r in t.action_refs), t.size)
+            tuple(r.id for r in t.action_refs), t.size,
+            t.initial_default_action.action_id if t.HasField("initial_default_action") else None)
             for t in proto.tables}
         self.counters = {c.preamble.id: ArrayInfo(c.preamble.id, c.preamble.name, c.size)
                          for c in proto.counters}

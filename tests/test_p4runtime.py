@@ -95,8 +95,8 @@ def test_errors_are_grpc_statuses(fresh):
         return conn._call("write", conn.stub.Write, req)
 
     u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
-    u.entity.table_entry.table_id = 0x02FFFFFF
-    with pytest.raises(ControlError, match="NOT_FOUND"):
+    u.entity.table_entry.table_id = 0x02FFFFFF  # an id the P4Info does not have
+    with pytest.raises(ControlError, match="INVALID_ARGUMENT"):
         raw_write(u)
     u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
     e = u.entity.table_entry
@@ -125,10 +125,10 @@ def test_a_batch_attempts_every_update_and_reports_each(fresh):
     assert err.value.code() == grpc.StatusCode.UNKNOWN
     codes = [e.canonical_code for e in update_errors(err.value)]
     assert len(codes) == 3 and codes[0] == codes[2] == code_pb2.OK
-    assert codes[1] == code_pb2.NOT_FOUND
+    assert codes[1] == code_pb2.INVALID_ARGUMENT
     held = {e.match[0].exact.value for e in conn.read_table("MyIngress.aggregator_addr")}
     assert held == {b"\x0b", b"\x0d"}
-    with pytest.raises(ControlError, match="update 2: NOT_FOUND"):
+    with pytest.raises(ControlError, match="update 2: INVALID_ARGUMENT"):
         conn._call("write", conn.stub.Write, req)
 
 
@@ -155,14 +155,17 @@ def test_primary_is_served_while_other_streams_are_open(fresh):
             b.close()
 
 
+#: stream channels a server takes at once: ours, and BMv2's (measured: 16)
+STREAM_LIMIT = {"embedded": MAX_STREAMS, "bmv2": 16}
+
+
 def test_stream_channels_beyond_the_limit_are_refused(fresh):
-    if fresh.kind == "bmv2":
-        pytest.skip("BMv2's server sets no limit on stream channels (p4/README.md)")
+    limit = STREAM_LIMIT[fresh.kind]
     extra = [SwitchConnection(f"extra{i}", fresh.target.grpc_addr, 1, election_id=(0, i))
-             for i in range(1, MAX_STREAMS + 1)]
+             for i in range(1, limit + 1)]
     try:
         for i, c in enumerate(extra, 2):  # the lab's primary holds one stream
-            if i <= MAX_STREAMS:
+            if i <= limit:
                 with pytest.raises(ControlError, match="not primary"):
                     c.arbitrate()
             else:
@@ -195,24 +198,32 @@ def test_only_the_primary_writes_and_foreign_programs_are_refused(fresh):
                           "MyIngress.accept_qaina")
     finally:
         backup.close()
-    other = SwitchConnection("s1", fresh.target.grpc_addr, 1, election_id=fresh.conn.election_id)
     for change in ("empty", "drops has 4 cells"):
         foreign = p4info_pb2.P4Info()
         if change != "empty":
             foreign.CopyFrom(fresh.conn.p4info.proto)
             next(c for c in foreign.counters if c.preamble.name.endswith("drops")).size = 4
-        other.p4info.proto = foreign
-        with pytest.raises(ControlError, match="INVALID_ARGUMENT"):
-            Req = p4runtime_pb2.SetForwardingPipelineConfigRequest
-            req = Req(device_id=1, action=Req.VERIFY_AND_COMMIT)
-            req.election_id.high, req.election_id.low = fresh.conn.election_id
-            req.config.p4info.CopyFrom(foreign)
-            req.config.p4_device_config = fresh.target.device_config()
-            other._call("SetForwardingPipelineConfig", other.stub.SetForwardingPipelineConfig, req)
-    other.close()
-    assert len(fresh.conn.read_counter("MyIngress.drops")) == 16  # qaina.p4 still runs
+        Req = p4runtime_pb2.SetForwardingPipelineConfigRequest
+        req = Req(device_id=1, action=Req.VERIFY_AND_COMMIT)
+        req.election_id.high, req.election_id.low = fresh.conn.election_id
+        req.config.p4info.CopyFrom(foreign)
+        req.config.p4_device_config = fresh.target.device_config()
+        call = fresh.conn.stub.SetForwardingPipelineConfig
+        if fresh.kind == "bmv2":
+            # BMv2 takes any P4Info with its JSON (p4/README.md, "P4Runtime servers");
+            # the harness only sends p4c's P4Info of the same compile.
+            fresh.conn._call("SetForwardingPipelineConfig", call, req)
+        else:
+            with pytest.raises(ControlError, match="INVALID_ARGUMENT: this embedded switch "
+                                                   "runs qaina.p4 only"):
+                fresh.conn._call("SetForwardingPipelineConfig", call, req)
+    if fresh.kind == "embedded":
+        assert len(fresh.conn.read_counter("MyIngress.drops")) == 16  # qaina.p4 still runs
     wrong_device = SwitchConnection("s1", fresh.target.grpc_addr, 9)
-    with pytest.raises(ControlError, match="NOT_FOUND"):
+    # The spec says NOT_FOUND for an unknown device; BMv2 takes it for a device
+    # without a program (p4/README.md, "P4Runtime servers").
+    code = "FAILED_PRECONDITION" if fresh.kind == "bmv2" else "NOT_FOUND"
+    with pytest.raises(ControlError, match=code):
         wrong_device.read_counter("MyIngress.drops")
     wrong_device.close()
 
@@ -230,7 +241,7 @@ def test_the_request_log_keeps_what_a_switch_refused(fresh, tmp_path):
                           "MyIngress.accept_qaina")
     fresh.conn.read_counter("MyIngress.drops")
     text = log.read_text()
-    assert "> StreamChannel" in text and 'message: "primary"' in text
+    assert "> StreamChannel" in text and "< StreamChannel" in text
     assert text.count("> Write") == 2 and text.count("< Write") == 2
     assert "ALREADY_EXISTS" in text.split("< Write", 2)[2]
     assert "> Read device_id: 1 entities { counter_entry" in text and "< Read entities" in text
@@ -262,13 +273,18 @@ def test_a_second_switch_on_a_taken_port_fails_at_start(fresh, tmp_path):
                          tmp_path / "s2.log", **extra)
     second.start()
     try:
-        code = second.proc.wait(15)
+        code = second.proc.wait(3 if fresh.kind == "bmv2" else 15)
     except subprocess.TimeoutExpired:
         code = None
     finally:
         second.stop()
     log = (tmp_path / "s2.log").read_text()
-    assert code not in (None, 0), log
-    if fresh.kind == "embedded":
+    if fresh.kind == "bmv2":
+        # simple_switch_grpc binds with gRPC's default SO_REUSEPORT: a second one starts
+        # and shares the port (p4/README.md). The harness gives every switch a port of
+        # its own, fresh from the kernel, so it never meets this.
+        assert code is None, log
+    else:
+        assert code not in (None, 0), log
         assert "cannot listen for P4Runtime" in log and str(fresh.target.grpc_port) in log
     fresh.conn.read_counter("MyIngress.drops")  # the first switch is untouched

@@ -67,11 +67,8 @@ def frame_slot(buffer, offset: int, size: int) -> tuple[memoryview, np.ndarray]:
 class Pipeline:
     """The switch's data plane state and the per-packet program of ``qaina.p4``."""
 
-    TABLE_DEFAULTS = (("MyIngress.ipv4_lpm", "MyIngress.no_route"),
-                      ("MyIngress.aggregator_addr", NO_ACTION),
-                      ("MyIngress.job_table", NO_ACTION),
-                      ("MyIngress.member_table", NO_ACTION),
-                      ("MyEgress.result_rewrite", NO_ACTION))
+    TABLES = ("MyIngress.ipv4_lpm", "MyIngress.aggregator_addr", "MyIngress.job_table",
+              "MyIngress.member_table", "MyEgress.result_rewrite")
 
     def __init__(self, p4info: P4Info, tx=None, port_tx=None):
         """``tx(port, frame)`` transmits a frame. ``port_tx(port)``, if given, returns
@@ -81,8 +78,10 @@ class Pipeline:
         self.p4info = p4info
         self.tx = tx = tx or (lambda port, frame: None)
         self.tables = {}
-        for name, default in self.TABLE_DEFAULTS:
+        for name in self.TABLES:
             info = p4info.table(name)
+            default = (p4info.action(info.default_action_id).name
+                       if info.default_action_id is not None else NO_ACTION)
             self.tables[info.id] = Table(info, p4info.actions, (default, ()))
         self.by_name = {t.name: t for t in self.tables.values()}
         self._make_registers(p4info)

@@ -299,7 +299,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def _table(self, pipeline: Pipeline, table_id: int):
         table = pipeline.tables.get(table_id)
         if table is None:
-            raise PipelineError("NOT_FOUND", f"no table with id {table_id}")
+            raise PipelineError("INVALID_ARGUMENT", f"no table with id {table_id} in the P4Info")
         return table
 
     @staticmethod
@@ -455,7 +455,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         if array_id == 0:
             return [(p4info_kind[i], kinds[p4info_kind[i].name]) for i in sorted(p4info_kind)]
         if array_id not in p4info_kind:
-            raise PipelineError("NOT_FOUND", f"no {what} with id {array_id}")
+            raise PipelineError("INVALID_ARGUMENT", f"no {what} with id {array_id} in the P4Info")
         return [(p4info_kind[array_id], kinds[p4info_kind[array_id].name])]
 
     @staticmethod
