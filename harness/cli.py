@@ -310,11 +310,13 @@ def bench():
 @click.option("--rate", type=float, multiple=True,
               help="offered contributions/s (default: a sweep per target)")
 @click.option("--seconds", type=float, default=4.0, show_default=True)
-def bench_switch(targets, bits, rate, seconds):
+@click.option("--repeat", type=int, default=1, show_default=True,
+              help="runs per rate: mean and range")
+def bench_switch(targets, bits, rate, seconds, repeat):
     """Aggregation packets/s through one switch on one core, same frames and pacing
     for every target (root)."""
     from . import bench as b
-    args = ["switch", "--seconds", str(seconds)]
+    args = ["switch", "--seconds", str(seconds), "--repeat", str(repeat)]
     for x in targets:
         args += ["--target", x]
     for x in bits:
