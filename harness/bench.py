@@ -180,20 +180,28 @@ def link_bound_time(summary: dict) -> float | None:
 
 
 def transport_table(workdir: Path, iterations: int, bandwidths=(0.3, 1.0, 10.0, None)):
-    """Retransmissions and time against the link-rate prediction, star, one job."""
-    print(f"transport: star, 1 job x 4 workers, {iterations} iterations; 'link s' is what "
-          "the busiest link needs for the bytes it carried")
+    """Retransmissions, and time against what the links need, star, one job: per
+    iteration (a worker's bytes of an iteration over its own link) and per run (the
+    busiest link's bytes, warm-up and the gaps between iterations included)."""
+    print(f"transport: star, 1 job x 4 workers, {iterations} iterations; 'link ms' is what "
+          "a worker's link needs for the bytes of one iteration, 'link s' what the busiest "
+          "link needs for all it carried")
     print(f"{'Mbit/s':>7} {'bits':>4} {'retx':>5} {'timeouts':>8} {'iter ms':>8} "
-          f"{'run s':>7} {'link s':>7} {'run/link':>8}")
+          f"{'link ms':>8} {'iter/link':>9} {'run s':>7} {'link s':>7} {'run/link':>8}")
     for bw in bandwidths:
         for bits in (4, 32):
             s = testbed_bench("star", bits, bw, iterations, workdir, 1)
             j = s["jobs"][0]
             bound = link_bound_time(s)
+            it = j["iteration_completion_mean_s"]
+            per_iteration = j["bytes_sent"] / (j["workers"] * j["iterations_done"])
+            it_link = per_iteration * 8 / (bw * 1e6) if bw else None
+            nan = float("nan")
             print(f"{bw or 'none':>7} {bits:>4} {j['retransmissions']:>5} {j['timeouts']:>8} "
-                  f"{1e3 * j['iteration_completion_mean_s']:>8.1f} {s['span_s']:>7.2f} "
-                  f"{bound if bound else float('nan'):>7.2f} "
-                  f"{s['span_s'] / bound if bound else float('nan'):>8.2f}", flush=True)
+                  f"{1e3 * it:>8.1f} {1e3 * it_link if it_link else nan:>8.1f} "
+                  f"{it / it_link if it_link else nan:>9.2f} {s['span_s']:>7.2f} "
+                  f"{bound if bound else nan:>7.2f} "
+                  f"{s['span_s'] / bound if bound else nan:>8.2f}", flush=True)
 
 
 def repeat_table(workdir: Path, iterations: int, bw: float, repeat: int):
