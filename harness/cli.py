@@ -77,6 +77,15 @@ def run_options(f):
                      help="GradiVeQ slice length"),
         click.option("--gvq-k", type=int, default=DEFAULTS.gvq_k, show_default=True,
                      help="GradiVeQ coefficients per slice"),
+        click.option("--quantizer", type=click.Choice(["maxpow2", "maxfine", "qsgd"]),
+                     default="maxpow2", show_default=True,
+                     help="scale rule: power of two at the chunk maximum, the same in "
+                     "quarter octaves, or QSGD's L2 norm per bucket (b = 1: scaled signs)"),
+        click.option("--bucket", type=int, default=DEFAULTS.bucket, show_default=True,
+                     help="qsgd: elements sharing one norm"),
+        click.option("--error-feedback", is_flag=True,
+                     help="add what quantization dropped to the next iteration (always on "
+                     "at b = 1; rounds to nearest)"),
         click.option("--record-levels", is_flag=True,
                      help="agents keep their levels and the received sums (for checks)"),
         click.option("--switch-log", is_flag=True,

@@ -17,6 +17,7 @@ import yaml
 
 from types import UnionType as _UnionType
 
+from ..hosts.compression import QUANTIZERS
 from ..hosts.lanes import BIT_WIDTHS, LaneError, LaneFormat
 from ..hosts.traces import TraceError, find_trace, TraceSet
 from ..topologies import TOPOLOGIES
@@ -56,6 +57,9 @@ class RunConfig:
     compress: str = "none"  # or "gradiveq"
     gvq_d: int = 64
     gvq_k: int = 8
+    quantizer: str = "maxpow2"  # maxpow2, maxfine or qsgd (hosts/compression.py)
+    bucket: int = 512  # qsgd: elements per norm
+    error_feedback: bool = False  # always on at b = 1
 
     # -- io ----------------------------------------------------------------------------
     @classmethod
@@ -137,6 +141,11 @@ class RunConfig:
             raise ConfigError("a leaf-spine needs --spines >= 1 and --leaves >= 1")
         if self.mode not in ("ina", "ring"):
             raise ConfigError(f"--mode {self.mode!r}: use ina or ring")
+        if self.quantizer not in QUANTIZERS:
+            raise ConfigError(f"--quantizer {self.quantizer!r}: use one of "
+                              f"{', '.join(QUANTIZERS)}")
+        if self.bucket < 1:
+            raise ConfigError(f"--bucket {self.bucket}: QSGD buckets hold at least one element")
         if self.compress not in ("none", "gradiveq"):
             raise ConfigError(f"--compress {self.compress!r}: use none or gradiveq")
         if not 1 <= self.gvq_k <= self.gvq_d:

@@ -119,6 +119,10 @@ def new_run_id(cfg: RunConfig) -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     parts = [stamp, cfg.topo, cfg.mode,
              f"j{cfg.jobs}w{cfg.workers}b{'-'.join(str(b) for b in cfg.bits)}"]
+    if cfg.quantizer != "maxpow2":
+        parts.append(cfg.quantizer)
+    if cfg.error_feedback:
+        parts.append("ef")
     if cfg.compress != "none":
         parts.append(cfg.compress)
     parts.append(cfg.trace)
@@ -267,6 +271,8 @@ class Run:
                                    slot_base=job.slot_base, slots=job.slot_count,
                                    output=str(self.writer.dir / "agents" / f"{name}.jsonl"),
                                    seed=cfg.seed, headroom=cfg.headroom, start_file=str(go),
+                                   quantizer=cfg.quantizer, bucket=cfg.bucket,
+                                   error_feedback=cfg.error_feedback,
                                    record_levels=cfg.record_levels, compress=cfg.compress,
                                    gvq_d=cfg.gvq_d, gvq_k=cfg.gvq_k, mode=cfg.mode,
                                    ring_peers=[int_to_ip(x.ip) for x in job.workers])

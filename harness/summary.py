@@ -188,6 +188,8 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "iterations": cfg.iterations,
         "trace": cfg.trace,
         "compress": cfg.compress,
+        "quantizer": "signmean" if cfg.job_bits() == [1] * cfg.jobs else cfg.quantizer,
+        "error_feedback": cfg.error_feedback,
         "mode": cfg.mode,
         "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},
         "startup_to_first_send_s": (first_send - meta["events"]["invoked"]

@@ -46,10 +46,9 @@ from pathlib import Path
 import numpy as np
 
 from ..p4.header import FRAME_LEN, QAINA_UDP_PORT, QAINA_WORDS
-from .lanes import LaneFormat
 from .gradiveq import GradiVeQ
 from .ring import Ring, RingError
-from .quantize import EXP_MIN, Quantizer, chunk_exponents
+from .compression import CodecConfig, WorkerCodec
 from .traces import TraceSet
 from .transport import ExchangeStats, SlotStream, StreamStalled
 DEFAULT_HEADROOM = 1  # predicted scales x2 for b <= 8
@@ -72,7 +71,10 @@ class AgentConfig:
     output: str  # JSON-lines file of per-iteration records
     trace_worker: int | None = None  # which trace worker to replay (default: worker)
     seed: int = 0
-    headroom: int | None = None  # exponent steps added to predicted scales (None: default)
+    headroom: int | None = None  # code steps added to predicted scales (None: adaptive)
+    quantizer: str = "maxpow2"  # scale rule (hosts/compression.py)
+    bucket: int = 512  # qsgd: elements per norm
+    error_feedback: bool = False
     port: int = QAINA_UDP_PORT
     rto_min: float = 0.1  # scheduling stalls of tens of ms are normal on a shared 2-core box
     rto_max: float = 1.0
@@ -112,7 +114,8 @@ class Aggregated:
     top: int | None  # the largest exponent agreed
     stats: ExchangeStats
     encode_s: float
-    clipped: int  # values beyond a predicted scale
+    clipped: int  # values beyond their chunk's scale (clipped to it)
+    short: int  # predicted scales below their chunk's true maximum (the same for all)
 
 
 class Agent:
@@ -120,10 +123,15 @@ class Agent:
 
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
-        self.fmt = LaneFormat(cfg.bits, cfg.workers)
-        self.quantizer = Quantizer(self.fmt, np.random.default_rng(
-            [cfg.seed, cfg.job_id, cfg.worker]), stochastic=cfg.bits != 32)
-        self.chunk_elems = QAINA_WORDS * self.fmt.lanes
+        try:
+            self.codec = WorkerCodec(CodecConfig(cfg.bits, cfg.workers, cfg.quantizer,
+                                                 cfg.bucket, cfg.error_feedback, cfg.headroom),
+                                     np.random.default_rng([cfg.seed, cfg.job_id, cfg.worker]),
+                                     QAINA_WORDS)
+        except ValueError as exc:
+            raise AgentError(str(exc)) from None
+        self.fmt = self.codec.fmt
+        self.chunk_elems = self.codec.chunk_elems
         self.trace = TraceSet.open(cfg.trace)
         if cfg.workers > self.trace.workers:
             raise AgentError(f"trace {self.trace.name} has {self.trace.workers} workers, "
@@ -131,10 +139,6 @@ class Agent:
         if cfg.iterations > self.trace.iterations:
             raise AgentError(f"trace {self.trace.name} has {self.trace.iterations} "
                              f"iterations, {cfg.iterations} asked for")
-        if cfg.headroom is None:  # fixed point has bits to spare, low-bit formats do not
-            self.headroom = DEFAULT_HEADROOM_32 if cfg.bits == 32 else DEFAULT_HEADROOM
-        else:
-            self.headroom = cfg.headroom
         self.trace_worker = cfg.worker if cfg.trace_worker is None else cfg.trace_worker
         self.elements = self.trace.elements
         # Everything read from disk is read before the start: the timed path only
@@ -186,22 +190,13 @@ class Agent:
         P = self.predicted_count(C)
         return int(own[c + P] if c < C - P else own[c - (C - P)])
 
-    def predict(self, agreed: np.ndarray, top: int) -> np.ndarray:
-        """Scales of the next iteration's first P chunks from this iteration's maxima.
-
-        A chunk that was all zeros says nothing about its next scale: it takes the
-        largest exponent of the iteration instead. Every prediction gets ``headroom``.
-        """
-        base = np.where(agreed <= EXP_MIN, top, agreed.astype(np.int16))
-        return np.clip(base + self.headroom, EXP_MIN, 127).astype(np.int8)
-
     def warm_up(self, values: np.ndarray) -> np.ndarray:
         """Zero chunks carrying the first P exponents of ``values``; returns their maxima.
 
         Runs before iteration 0, and again whenever the aggregated vector changes shape
         (GradiVeQ switching from gradients to coefficients).
         """
-        own = chunk_exponents(values, self.chunk_elems)
+        own = self.codec.codes(values)
         zero = self._pack_chunk(np.zeros(self.chunk_elems, dtype=np.int32))
         count = self.predicted_count(len(own))
         _, agreed, stats = self._exchange(count, lambda c, _: (int(own[c]), zero))
@@ -217,7 +212,7 @@ class Agent:
         """
         n = len(values)
         ce = self.chunk_elems
-        own = chunk_exponents(values, ce)
+        own = self.codec.codes(values)
         C = len(own)
         P, W = self.predicted_count(C), self.window
         scale = np.zeros(C, dtype=np.int8)
@@ -230,36 +225,37 @@ class Agent:
             if c >= P:  # the result of chunk c - W brought the exact maximum for chunk c
                 scale[c] = agreed[c - W]
             part = slice(c * ce, min((c + 1) * ce, n))
-            levels[part] = self.quantizer.quantize(values[part], scale[c:c + 1], ce)
+            levels[part] = self.codec.quantize(values[part], scale[c:c + 1])
             words = self._pack_chunk(levels[part])
             encode[0] += time.perf_counter() - t
             return self.carried(c, own), words
 
         words_back, agreed, stats = self._exchange(C, build)
         sums = self.fmt.unpack_sum(words_back.reshape(-1), n)
-        total = self.quantizer.dequantize_sum(sums, scale, ce)
-        limit = np.repeat(np.ldexp(1.0, scale.astype(np.int32)), ce)[:n]
-        clipped = int(np.count_nonzero(np.abs(values) > limit))
+        total = self.codec.dequantize_sum(sums, scale)
+        # The last P results carry the true maxima of the first P chunks: how many of
+        # their predicted scales fell short is known alike to every worker.
+        short = int(np.count_nonzero(agreed[C - P:] > scale[:P]))
         return Aggregated(total, levels, sums, scale, agreed[C - P:], int(agreed.max()), stats,
-                          encode[0], clipped)
+                          encode[0], self.codec.clipped(values, scale), short)
 
     def ring_aggregate(self, values: np.ndarray) -> Aggregated:
         """``aggregate`` by ring all-reduce: a max all-reduce agrees every chunk's scale
         exactly, then the packed words are summed with wrapping addition."""
-        n, ce = len(values), self.chunk_elems
+        n = len(values)
         stats = ExchangeStats(first_send=time.time())
         sent0, received0 = self.ring.bytes_sent, self.ring.bytes_received
-        scale = self.ring.all_reduce(chunk_exponents(values, ce), np.maximum)
+        scale = self.ring.all_reduce(self.codec.codes(values), np.maximum)
         t = time.perf_counter()
-        levels = self.quantizer.quantize(values, scale, ce)
+        levels = self.codec.quantize(values, scale)
         words = self.fmt.pack(levels, len(scale) * QAINA_WORDS)
         encode_s = time.perf_counter() - t
         self.ring.all_reduce(words, np.add)
         sums = self.fmt.unpack_sum(words, n)
-        total = self.quantizer.dequantize_sum(sums, scale, ce)
+        total = self.codec.dequantize_sum(sums, scale)
         stats.bytes_sent = self.ring.bytes_sent - sent0
         stats.bytes_received = self.ring.bytes_received - received0
-        return Aggregated(total, levels, sums, scale, None, None, stats, encode_s, 0)
+        return Aggregated(total, levels, sums, scale, None, None, stats, encode_s, 0, 0)
 
     def iteration(self, i: int, predicted: np.ndarray | None):
         """Aggregate iteration ``i``, compressed once the GradiVeQ basis is fitted.
@@ -270,7 +266,7 @@ class Agent:
         grad = self.gradients[i]
         t0 = time.perf_counter()
         compressed = self.gvq is not None and self.gvq.fitted
-        values = self.gvq.compress(grad) if compressed else grad
+        values = self.codec.values(self.gvq.compress(grad) if compressed else grad)
         compress_s = time.perf_counter() - t0
         if self.ring is not None:
             a = self.ring_aggregate(values)
@@ -279,6 +275,7 @@ class Agent:
                 predicted = self.warm_up(values)
             a = self.aggregate(values, predicted)
         t1 = time.perf_counter()
+        self.codec.book(values, a.levels, a.scale)
         aggregate = self.gvq.decompress(a.total, self.elements) if compressed else a.total
         end = time.time()
         decode_s = time.perf_counter() - t1
@@ -294,7 +291,7 @@ class Agent:
             self.levels_record[f"aggregate_{i}"] = a.total
             self.levels_record[f"scale_{i}"] = a.scale
         self._record_iteration(i, a, values, compressed, end, err, compress_s, decode_s)
-        return a.next_scales, a.top, len(values)
+        return a
 
     def _record_iteration(self, i: int, a: Aggregated, values, compressed: bool, end: float,
                           err: float, compress_s: float, decode_s: float):
@@ -308,6 +305,7 @@ class Agent:
                    retransmissions=stats.retransmissions, timeouts=stats.timeouts,
                    fast_retransmits=stats.fast_retransmits, duplicates=stats.duplicates,
                    refused=stats.refused, send_errors=stats.send_errors, clipped=a.clipped,
+                   headroom=self.codec.headroom,
                    rel_error=err, encode_s=a.encode_s + compress_s, decode_s=decode_s,
                    rtt_median_s=float(np.median(rtts)) if rtts else None,
                    window_mean=stats.window_mean)
@@ -328,11 +326,12 @@ class Agent:
                 time.sleep(0.002)
         predicted, size = None, None
         for i in range(cfg.iterations):
-            nxt, top, new_size = self.iteration(i, predicted)
+            a = self.iteration(i, predicted)
             # The next vector has this one's shape unless GradiVeQ just got its basis.
             fitted_now = self.gvq is not None and i + 1 == cfg.gvq_fit_iterations
-            predicted = None if fitted_now or self.ring else self.predict(nxt, top)
-            size = new_size
+            predicted = (None if fitted_now or self.ring else
+                         self.codec.predict(a.next_scales, a.top, a.short))
+            size = len(a.total)
         if cfg.record_levels:
             np.savez(Path(cfg.output).with_suffix(".npz"), **self.levels_record)
         self._emit(type="done", end=time.time(), last_values=size)

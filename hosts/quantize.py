@@ -56,26 +56,105 @@ def chunk_exponents(grad: np.ndarray, chunk_elems: int) -> np.ndarray:
     Chunks are ``chunk_elems`` consecutive elements of the flattened ``grad``; the last
     chunk may be short. An all-zero chunk, and any chunk below ``2**EXP_MIN``, gets
     ``EXP_MIN``. A non-finite value, or one beyond ``2**EXP_MAX``, is a ValueError.
+    These are the codes of the ``maxpow2`` rule.
     """
-    g = np.asarray(grad).reshape(-1)
-    chunks = chunk_count(len(g), chunk_elems)
-    if chunks == 0:
-        return np.zeros(0, dtype=np.int8)
-    full = len(g) // chunk_elems
-    peak = np.empty(chunks, dtype=g.dtype if g.dtype.kind == "f" else np.float64)
-    magnitude = np.abs(g)
+    return MAXPOW2.codes(grad, chunk_elems)
+
+
+def _per_chunk(values: np.ndarray, chunk_elems: int, reduce, dtype) -> np.ndarray:
+    """``reduce(rows, axis=1)`` of the chunks of ``values`` (the last may be short)."""
+    chunks = chunk_count(len(values), chunk_elems)
+    out = np.empty(chunks, dtype=dtype)
+    full = len(values) // chunk_elems
     if full:
-        magnitude[: full * chunk_elems].reshape(full, chunk_elems).max(axis=1, out=peak[:full])
+        out[:full] = reduce(values[:full * chunk_elems].reshape(full, chunk_elems), axis=1)
     if full < chunks:
-        peak[full] = magnitude[full * chunk_elems:].max()
-    if not np.isfinite(peak).all():
-        raise ValueError("gradient holds a non-finite value (inf or nan)")
-    mantissa, exponent = np.frexp(peak)  # peak = mantissa * 2**exponent, 0.5 <= mantissa < 1
-    e = exponent.astype(np.int32) - (mantissa == 0.5)  # exact powers of two: 2**(x-1)
-    e[peak == 0] = EXP_MIN
-    if e.max() > EXP_MAX:
-        raise ValueError(f"gradient magnitude beyond 2**{EXP_MAX}")
-    return np.maximum(e, EXP_MIN).astype(np.int8)
+        out[full] = reduce(values[full * chunk_elems:][None, :], axis=1)[0]
+    return out
+
+
+class ScaleRule:
+    """How a chunk's scale is chosen, and coded in the packet's 8-bit ``exp`` field.
+
+    ``statistic`` of the chunk's values (``max``: max|g|; ``l2``: the L2 norm of the
+    chunk's bucket, ``bucket_chunks`` chunks sharing one; ``meanabs``: mean|g|) is
+    rounded up to a code ``c`` with ``statistic <= 2**(c / steps)``; the scale is
+    ``2**(c / steps)``. Codes are monotone in the scale, so the maximum over the
+    workers (what the switch keeps) is the largest scale, which every worker then
+    uses. ``steps`` = 1 gives powers of two (exponents); 4 quarter octaves, at most
+    19% above the statistic instead of 100%, for scales 2**-32 .. 2**31.75.
+    """
+
+    def __init__(self, name: str, statistic: str, steps: int = 1, bucket_chunks: int = 1):
+        if statistic not in ("max", "l2", "meanabs"):
+            raise ValueError(f"unknown statistic {statistic!r}")
+        self.name, self.statistic = name, statistic
+        self.steps, self.bucket_chunks = int(steps), int(bucket_chunks)
+        # An all-zero chunk gets the smallest code: EXP_MIN octaves, or the int8 range.
+        self.code_min = max(-128, EXP_MIN * self.steps)
+        self.code_max = min(127, EXP_MAX * self.steps)
+
+    def __repr__(self):
+        return f"ScaleRule({self.name})"
+
+    def statistics(self, values: np.ndarray, chunk_elems: int) -> np.ndarray:
+        """The statistic of every chunk."""
+        g = np.asarray(values).reshape(-1)
+        if chunk_elems <= 0:
+            raise ValueError(f"chunk_elems must be positive, not {chunk_elems}")
+        if self.statistic == "max":
+            stat = _per_chunk(np.abs(g), chunk_elems, np.max,
+                              g.dtype if g.dtype.kind == "f" else np.float64)
+        elif self.statistic == "meanabs":
+            stat = _per_chunk(np.abs(g), chunk_elems, np.mean, np.float64)
+        else:  # l2 over buckets of bucket_chunks chunks, each chunk gets its bucket's
+            squares = _per_chunk(g.astype(np.float64) ** 2, chunk_elems, np.sum, np.float64)
+            chunks, per = len(squares), self.bucket_chunks
+            padded = np.zeros(-(-chunks // per) * per)
+            padded[:chunks] = squares
+            stat = np.repeat(np.sqrt(padded.reshape(-1, per).sum(axis=1)), per)[:chunks]
+        if not np.isfinite(stat).all():
+            raise ValueError("gradient holds a non-finite value (inf or nan)")
+        return stat
+
+    def codes(self, values: np.ndarray, chunk_elems: int) -> np.ndarray:
+        """Per chunk the smallest code whose scale is at least the statistic (int8)."""
+        stat = self.statistics(values, chunk_elems)
+        if self.steps == 1:  # exact: frexp gives the power of two
+            mantissa, exponent = np.frexp(stat)
+            code = exponent.astype(np.int64) - (mantissa == 0.5)
+        else:
+            with np.errstate(divide="ignore"):
+                code = np.ceil(np.log2(stat) * self.steps - 1e-9)
+            code = np.where(stat > 0, code, self.code_min)
+            # float rounding of log2 may leave the scale a hair below the statistic
+            code = code + (self.factors(np.clip(code, -1e9, 1e9)) < stat)
+        code = np.where(stat > 0, code, self.code_min)
+        if len(code) and code.max() > self.code_max:
+            raise ValueError(f"gradient magnitude beyond 2**{self.code_max / self.steps:g}")
+        return np.maximum(code, self.code_min).astype(np.int8)
+
+    def factors(self, codes) -> np.ndarray:
+        """The scale ``2**(code / steps)`` of each code (float64)."""
+        codes = np.asarray(codes, dtype=np.float64)
+        return np.exp2(codes / self.steps)
+
+
+#: The scale rules by name (``--quantizer``); see hosts/QUANTIZERS.md.
+MAXPOW2 = ScaleRule("maxpow2", "max")
+MAXFINE = ScaleRule("maxfine", "max", steps=4)
+SIGN_MEAN = ScaleRule("signmean", "meanabs")
+
+
+def scale_rule(name: str, chunk_elems: int, bucket: int = 512) -> ScaleRule:
+    """The rule called ``name``; ``qsgd`` groups ``bucket`` elements (rounded to whole
+    chunks) under one L2 norm."""
+    if name == "qsgd":
+        return ScaleRule("qsgd", "l2", bucket_chunks=max(1, round(bucket / chunk_elems)))
+    rules = {r.name: r for r in (MAXPOW2, MAXFINE, SIGN_MEAN)}
+    if name not in rules:
+        raise ValueError(f"unknown quantizer {name!r}: use maxpow2, maxfine or qsgd")
+    return rules[name]
 
 
 def agree_exponents(*worker_exps: np.ndarray) -> np.ndarray:
@@ -96,8 +175,9 @@ class Quantizer:
     """
 
     def __init__(self, fmt: LaneFormat, rng: np.random.Generator | None = None,
-                 stochastic: bool = True):
+                 stochastic: bool = True, rule: ScaleRule | None = None):
         self.fmt = fmt
+        self.rule = rule or MAXPOW2
         self.rng = np.random.default_rng() if rng is None else rng
         self.stochastic = stochastic
         self.dtype = np.dtype(np.float64 if fmt.bits == WORD_BITS else np.float32)
@@ -143,8 +223,8 @@ class Quantizer:
         """float32 gradient sum from the workers' summed levels (b = 1: ``2s - n``)."""
         sums = np.asarray(level_sums)
         out = sums.astype(self.dtype)
-        factors = np.ldexp(1.0 / self._gain_for_sum(), self._exponents(exps, len(sums),
-                                                                       chunk_elems))
+        factors = self.rule.factors(self._exponents(exps, len(sums), chunk_elems))
+        factors /= self._gain_for_sum()
         _scale_chunks(out, factors.astype(self.dtype), chunk_elems, out)
         return out if out.dtype == np.float32 else out.astype(np.float32)
 
@@ -175,7 +255,7 @@ class Quantizer:
         if exps.shape != (chunks,):
             raise ValueError(f"{elements} elements in chunks of {chunk_elems} need "
                              f"{chunks} exponents, got shape {exps.shape}")
-        return np.clip(exps.astype(np.int32), EXP_MIN, EXP_MAX)
+        return np.clip(exps.astype(np.int32), self.rule.code_min, self.rule.code_max)
 
     def _buffer(self, name: str, size: int) -> np.ndarray:
         buf = getattr(self, name)
@@ -191,7 +271,7 @@ class Quantizer:
             raise TypeError(f"gradient must be floating point, not {g.dtype}")
         n = len(g)
         e = self._exponents(exps, n, chunk_elems)
-        gains = np.ldexp(self._gain, -e).astype(self.dtype)  # per chunk: gain / 2**e
+        gains = (self._gain / self.rule.factors(e)).astype(self.dtype)  # gain / scale
         y = self._buffer("_scaled", n)
         _scale_chunks(g, gains, chunk_elems, y)
         if self.stochastic:

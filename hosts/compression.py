@@ -1,0 +1,129 @@
+"""What a worker does to a vector before and after it is summed: scalar quantization
+to the job's lanes (by a named scale rule), error feedback, and the scales it predicts.
+
+``WorkerCodec`` is shared by the agent (through the switch or the ring) and by the
+offline evaluation (``hosts/evaluate.py``), so both measure the same compression.
+
+* **Quantizers** (``--quantizer``, hosts/QUANTIZERS.md): ``maxpow2`` (the default,
+  SwitchML-compatible: a chunk's scale is the power of two at or above its largest
+  value, the maximum over the workers), ``maxfine`` (the same in quarter octaves),
+  ``qsgd`` (QSGD: the L2 norm of a bucket of ``bucket`` elements, shared as the
+  maximum over the workers so the switch can sum). Stochastic rounding for b <= 8,
+  nearest for b = 32.
+* **b = 1** sends the signs of gradient plus residual, scaled by the mean magnitude
+  of the chunk (EF-signSGD): plain stochastic signs scaled to the maximum do not
+  train, so error feedback is always on at b = 1.
+* **Error feedback** (``--error-feedback``): the part of a vector its quantization
+  dropped is added to the next one; rounding is then to nearest, since stochastic
+  rounding with error feedback diverges at b = 2.
+* **Predicted scales**: the first P chunks of an iteration use the previous
+  iteration's maxima plus a headroom, in steps of the rule's code; the headroom
+  adapts: one step up after an iteration where a predicted scale fell short of its
+  chunk's true maximum, one step down after ``CALM_ITERATIONS`` iterations where
+  none did. Every worker learns the true maxima from the same results, so all
+  workers adapt alike and keep using the same scales.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .lanes import LaneFormat
+from .quantize import SIGN_MEAN, Quantizer, ScaleRule, scale_rule
+
+QUANTIZERS = ("maxpow2", "maxfine", "qsgd")
+DEFAULT_HEADROOM_OCTAVES = 1  # predicted scales x2 for b <= 8
+DEFAULT_HEADROOM_OCTAVES_32 = 8  # x256 for the 32-bit fixed point
+CALM_ITERATIONS = 3  # iterations without clipping before the headroom shrinks a step
+
+
+@dataclass(frozen=True)
+class CodecConfig:
+    """How a job compresses: the same for all its workers."""
+
+    bits: int
+    workers: int
+    quantizer: str = "maxpow2"
+    bucket: int = 512  # qsgd: elements per norm
+    error_feedback: bool = False
+    headroom: int | None = None  # code steps on predicted scales (None: adaptive)
+
+
+class WorkerCodec:
+    """One worker's quantizer, residual and headroom (see the module docstring)."""
+
+    def __init__(self, cfg: CodecConfig, rng: np.random.Generator, chunk_words: int):
+        if cfg.quantizer not in QUANTIZERS:
+            raise ValueError(f"unknown quantizer {cfg.quantizer!r}: use "
+                             f"{', '.join(QUANTIZERS)}")
+        self.cfg = cfg
+        self.fmt = LaneFormat(cfg.bits, cfg.workers)
+        self.chunk_elems = chunk_words * self.fmt.lanes
+        self.sign = cfg.bits == 1
+        self.rule: ScaleRule = (SIGN_MEAN if self.sign
+                                else scale_rule(cfg.quantizer, self.chunk_elems, cfg.bucket))
+        self.error_feedback = cfg.error_feedback or self.sign
+        stochastic = cfg.bits != 32 and not self.error_feedback
+        self.quantizer = Quantizer(self.fmt, rng, stochastic=stochastic, rule=self.rule)
+        octaves = DEFAULT_HEADROOM_OCTAVES_32 if cfg.bits == 32 else DEFAULT_HEADROOM_OCTAVES
+        self.adaptive = cfg.headroom is None
+        self.headroom = octaves * self.rule.steps if cfg.headroom is None else cfg.headroom
+        self._calm = 0
+        self.residual: np.ndarray | None = None
+
+    # -- before the exchange --------------------------------------------------------
+    def values(self, vector: np.ndarray) -> np.ndarray:
+        """What this worker sends for ``vector``: with error feedback, plus the residual
+        (a residual of another length, after GradiVeQ changed the vector, is dropped)."""
+        vector = np.asarray(vector, dtype=np.float32)
+        if self.error_feedback and self.residual is not None and \
+                len(self.residual) == len(vector):
+            return vector + self.residual
+        return vector
+
+    def codes(self, values: np.ndarray) -> np.ndarray:
+        """This worker's scale code of every chunk."""
+        return self.rule.codes(values, self.chunk_elems)
+
+    def quantize(self, values: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Levels of ``values`` (one or more whole chunks) under ``codes``."""
+        return self.quantizer.quantize(values, codes, self.chunk_elems)
+
+    # -- after the exchange ---------------------------------------------------------
+    def dequantize_sum(self, level_sums: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        return self.quantizer.dequantize_sum(level_sums, codes, self.chunk_elems)
+
+    def book(self, values: np.ndarray, levels: np.ndarray, codes: np.ndarray):
+        """Error feedback: keep what this worker's quantization of ``values`` dropped."""
+        if self.error_feedback:
+            own = 2 * levels - 1 if self.sign else levels
+            self.residual = values - self.quantizer.dequantize_sum(own, codes, self.chunk_elems)
+
+    def clipped(self, values: np.ndarray, codes: np.ndarray) -> int:
+        """How many of ``values`` (whole chunks from the first) lay beyond their chunk's
+        scale ``codes``: clipped to it. Signs are scaled below the values by design."""
+        if self.rule.statistic == "meanabs":
+            return 0
+        limit = np.repeat(self.rule.factors(codes), self.chunk_elems)[:len(values)]
+        return int(np.count_nonzero(np.abs(values) > limit))
+
+    def predict(self, agreed: np.ndarray, top: int, short: int) -> np.ndarray:
+        """Scale codes of the next iteration's first chunks from this iteration's
+        maxima ``agreed``: a chunk that was all zeros takes the largest code ``top``;
+        every prediction gets the headroom, which first adapts to ``short`` (how many
+        of this iteration's predicted scales fell below their chunk's true maximum,
+        which every worker of the job knows alike)."""
+        if self.adaptive:
+            if short:
+                self.headroom += 1
+                self._calm = 0
+            else:
+                self._calm += 1
+                if self._calm >= CALM_ITERATIONS and self.headroom > 0:
+                    self.headroom -= 1
+                    self._calm = 0
+        base = np.where(agreed <= self.rule.code_min, top, agreed.astype(np.int16))
+        return np.clip(base + self.headroom, self.rule.code_min,
+                       self.rule.code_max).astype(np.int8)
