@@ -77,6 +77,11 @@ def run_options(f):
                      help="GradiVeQ slice length"),
         click.option("--gvq-k", type=int, default=DEFAULTS.gvq_k, show_default=True,
                      help="GradiVeQ coefficients per slice"),
+        click.option("--gvq-fit", type=int, default=DEFAULTS.gvq_fit, show_default=True,
+                     help="GradiVeQ: exact iterations the per-layer bases are fitted on"),
+        click.option("--gvq-refresh", type=int, default=DEFAULTS.gvq_refresh,
+                     show_default=True, help="GradiVeQ: refresh the bases with an exact "
+                     "iteration after every R compressed ones (0: never)"),
         click.option("--quantizer", type=click.Choice(["maxpow2", "maxfine", "qsgd"]),
                      default="maxpow2", show_default=True,
                      help="scale rule: power of two at the chunk maximum, the same in "
@@ -248,18 +253,24 @@ def traces_show(name, dirs):
 
 @traces.command("record")
 @click.argument("name")
-@click.option("--out", "out_dir", type=click.Path(), default="traces", show_default=True,
-              help="directory that receives NAME/")
-@click.option("--model", type=click.Choice(["mlp", "cnn"]), default="mlp", show_default=True)
-@click.option("--workers", type=int, default=4, show_default=True)
-@click.option("--iterations", type=int, default=8, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(),
+              help="directory that receives NAME/ (default: the user's trace directory, "
+              "which `up` searches)")
+@click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]), default="mlp",
+              show_default=True, help="cnn and resnet need PyTorch (its CPU build)")
+@click.option("--workers", type=int, default=8, show_default=True)
+@click.option("--iterations", type=int, default=DEFAULTS.iterations, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--batch-size", type=int, default=32, show_default=True, help="per worker")
 @click.option("--lr", type=float, default=0.1, show_default=True, help="SGD learning rate")
 @click.option("--hidden", default="128,64", show_default=True, help="mlp hidden layer sizes")
+@click.option("--width", type=int, default=24, show_default=True,
+              help="resnet: channels of its first stage (64: ResNet-18's 11 M parameters)")
+@click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32",
+              show_default=True, help="how gradients are stored (float16: half the size)")
 @click.option("--overwrite", is_flag=True)
 def traces_record(name, out_dir, model, workers, iterations, seed, batch_size, lr, hidden,
-                  overwrite):
+                  width, dtype, overwrite):
     """Train MODEL on scikit-learn's digits across WORKERS workers and record gradients."""
     from ..hosts.recorder import record
     from ..hosts.traces import TraceError
@@ -270,11 +281,11 @@ def traces_record(name, out_dir, model, workers, iterations, seed, batch_size, l
     try:
         ts = record(name, out_dir, model=model, workers=workers, iterations=iterations,
                     seed=seed, batch_size=batch_size, learning_rate=lr, hidden=sizes,
-                    overwrite=overwrite, log=click.echo)
+                    width=width, dtype=dtype, overwrite=overwrite, log=click.echo)
     except (TraceError, ImportError, ValueError) as exc:
         _fail(exc)
     click.echo(f"recorded {ts.path}: {ts.workers} workers x {ts.iterations} iterations x "
-               f"{ts.elements} elements")
+               f"{ts.elements} elements ({ts.dtype})")
 
 
 # -- results -------------------------------------------------------------------------

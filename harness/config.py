@@ -57,6 +57,8 @@ class RunConfig:
     compress: str = "none"  # or "gradiveq"
     gvq_d: int = 64
     gvq_k: int = 8
+    gvq_fit: int = 1  # GradiVeQ: exact iterations the bases are fitted on
+    gvq_refresh: int = 0  # GradiVeQ: R > 0 refreshes the bases every R + 1 iterations
     quantizer: str = "maxpow2"  # maxpow2, maxfine or qsgd (hosts/compression.py)
     bucket: int = 512  # qsgd: elements per norm
     error_feedback: bool = False  # always on at b = 1
@@ -151,9 +153,12 @@ class RunConfig:
         if not 1 <= self.gvq_k <= self.gvq_d:
             raise ConfigError(f"GradiVeQ needs 1 <= k <= d, got --gvq-k {self.gvq_k} "
                               f"--gvq-d {self.gvq_d}")
-        if self.compress == "gradiveq" and self.iterations < 2:
-            raise ConfigError("--compress gradiveq fits its basis on iteration 0 and "
-                              "compresses from iteration 1: use --iterations 2 or more")
+        if self.gvq_fit < 1 or self.gvq_refresh < 0:
+            raise ConfigError("--gvq-fit must be at least 1 and --gvq-refresh at least 0")
+        if self.compress == "gradiveq" and self.iterations <= self.gvq_fit:
+            raise ConfigError(f"--compress gradiveq fits its bases on the first {self.gvq_fit} "
+                              f"iteration(s) and compresses after them: use --iterations "
+                              f"{self.gvq_fit + 1} or more")
         if self.sample_interval <= 0 or self.timeout <= 0:
             raise ConfigError("--sample-interval and --timeout must be positive")
         try:

@@ -275,6 +275,8 @@ class Run:
                                    error_feedback=cfg.error_feedback,
                                    record_levels=cfg.record_levels, compress=cfg.compress,
                                    gvq_d=cfg.gvq_d, gvq_k=cfg.gvq_k, mode=cfg.mode,
+                                   gvq_fit_iterations=cfg.gvq_fit,
+                                   gvq_refresh=cfg.gvq_refresh,
                                    ring_peers=[int_to_ip(x.ip) for x in job.workers])
                 path = self.writer.dir / "agents" / f"{name}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,11 +20,13 @@ it with the result. With a window of W slots and C chunks per iteration, P = min
 * before iteration 0, a warm-up round of P zero chunks carries iteration 0's first P
   exponents, so iteration 0 uses exact scales throughout.
 
-GradiVeQ (``compress="gradiveq"``): the first ``gvq_fit_iterations`` iterations are
-aggregated uncompressed; every worker then fits the same PCA basis to the identical
-aggregates it received (no extra communication), and from the next iteration on
-aggregates the ``k`` coefficients of every ``d``-element slice instead of the slice:
-the compression is linear, so the switch's sum of coefficients is the coefficients of
+GradiVeQ (``compress="gradiveq"``, hosts/gradiveq.py): the first ``gvq_fit_iterations``
+iterations, and with ``gvq_refresh`` = R every (R + 1)-th after them, are aggregated
+uncompressed at 32 bits (exact data); every worker fits the same per-layer bases to
+the identical aggregates it received (no extra communication), and the other
+iterations aggregate the coefficients of every ``d``-element slice of the large
+layers and the small layers as they are, quantized to the job's bits: the
+compression is linear, so the switch's sum of coefficients is the coefficients of
 the sum, which the agent decompresses.
 
 Ring mode (``mode="ring"``) is the host-based baseline: the same quantization and lanes,
@@ -46,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ..p4.header import FRAME_LEN, QAINA_UDP_PORT, QAINA_WORDS
-from .gradiveq import GradiVeQ
+from .gradiveq import GradiVeQSchedule, LayeredGradiVeQ
 from .ring import Ring, RingError
 from .compression import CodecConfig, WorkerCodec
 from .traces import TraceSet
@@ -88,7 +90,8 @@ class AgentConfig:
     ring_port: int = 20802
     gvq_d: int = 64  # GradiVeQ slice length
     gvq_k: int = 8  # GradiVeQ coefficients per slice
-    gvq_fit_iterations: int = 1  # uncompressed iterations whose aggregates fit the basis
+    gvq_fit_iterations: int = 1  # exact iterations whose aggregates fit the bases
+    gvq_refresh: int = 0  # R > 0: every (R + 1)-th later iteration refreshes them
 
     @classmethod
     def load(cls, path) -> "AgentConfig":
@@ -131,7 +134,6 @@ class Agent:
         except ValueError as exc:
             raise AgentError(str(exc)) from None
         self.fmt = self.codec.fmt
-        self.chunk_elems = self.codec.chunk_elems
         self.trace = TraceSet.open(cfg.trace)
         if cfg.workers > self.trace.workers:
             raise AgentError(f"trace {self.trace.name} has {self.trace.workers} workers, "
@@ -149,7 +151,14 @@ class Agent:
                       for i in range(cfg.iterations)]
         if cfg.compress not in ("none", "gradiveq"):
             raise AgentError(f"unknown compression {cfg.compress!r}: none or gradiveq")
-        self.gvq = GradiVeQ(cfg.gvq_d, cfg.gvq_k) if cfg.compress == "gradiveq" else None
+        self.gvq = self.schedule = None
+        if cfg.compress == "gradiveq":
+            self.gvq = LayeredGradiVeQ([(layer.name, layer.size) for layer in self.trace.layers],
+                                       cfg.gvq_d, cfg.gvq_k)
+            self.schedule = GradiVeQSchedule(cfg.gvq_fit_iterations, cfg.gvq_refresh)
+            # Exact iterations: 32-bit fixed point, whatever the job's bits.
+            self.exact_codec = WorkerCodec(CodecConfig(32, cfg.workers), np.random.default_rng(
+                [cfg.seed, cfg.job_id, cfg.worker, 32]), QAINA_WORDS)
         if cfg.mode not in ("ina", "ring"):
             raise AgentError(f"unknown mode {cfg.mode!r}: ina or ring")
         self.ring = None
@@ -157,7 +166,7 @@ class Agent:
             if not cfg.ring_peers or len(cfg.ring_peers) != cfg.workers:
                 raise AgentError("ring mode needs the addresses of all the job's workers")
             self.ring = Ring(cfg.worker, [(a, cfg.ring_port) for a in cfg.ring_peers])
-        self.fit_aggregates: list[np.ndarray] = []
+        self.fit_aggregates: list[np.ndarray] = []  # the exact aggregates the bases fit
         self.window = cfg.slots
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -177,8 +186,12 @@ class Agent:
             raise AgentError(str(exc)) from None
 
     # -- iterations --------------------------------------------------------------------
-    def _pack_chunk(self, levels: np.ndarray) -> np.ndarray:
-        return self.fmt.pack(levels, QAINA_WORDS).astype(">u4")
+    def exact_iteration(self, i: int) -> bool:
+        """Whether iteration ``i`` is one GradiVeQ aggregates uncompressed at 32 bits."""
+        return self.schedule is not None and self.schedule.exact(i)
+
+    def codec_for(self, i: int) -> WorkerCodec:
+        return self.exact_codec if self.exact_iteration(i) else self.codec
 
     def predicted_count(self, chunks: int) -> int:
         """P: chunks at the start of an iteration whose scale comes from the last one."""
@@ -190,14 +203,15 @@ class Agent:
         P = self.predicted_count(C)
         return int(own[c + P] if c < C - P else own[c - (C - P)])
 
-    def warm_up(self, values: np.ndarray) -> np.ndarray:
+    def warm_up(self, values: np.ndarray, codec: WorkerCodec) -> np.ndarray:
         """Zero chunks carrying the first P exponents of ``values``; returns their maxima.
 
         Runs before iteration 0, and again whenever the aggregated vector changes shape
-        (GradiVeQ switching from gradients to coefficients).
+        or format (GradiVeQ switching between gradients and coefficients).
         """
-        own = self.codec.codes(values)
-        zero = self._pack_chunk(np.zeros(self.chunk_elems, dtype=np.int32))
+        own = codec.codes(values)
+        zero = codec.fmt.pack(np.zeros(codec.chunk_elems, dtype=np.int32),
+                              QAINA_WORDS).astype(">u4")
         count = self.predicted_count(len(own))
         _, agreed, stats = self._exchange(count, lambda c, _: (int(own[c]), zero))
         self._emit(type="warmup", start=stats.first_send, end=time.time(),
@@ -205,14 +219,15 @@ class Agent:
                    refused=stats.refused)
         return agreed
 
-    def aggregate(self, values: np.ndarray, predicted: np.ndarray) -> Aggregated:
+    def aggregate(self, values: np.ndarray, predicted: np.ndarray,
+                  codec: WorkerCodec) -> Aggregated:
         """Sum ``values`` over the job's workers through the switch.
 
         ``predicted`` are the scales of the first P chunks.
         """
         n = len(values)
-        ce = self.chunk_elems
-        own = self.codec.codes(values)
+        ce = codec.chunk_elems
+        own = codec.codes(values)
         C = len(own)
         P, W = self.predicted_count(C), self.window
         scale = np.zeros(C, dtype=np.int8)
@@ -225,64 +240,63 @@ class Agent:
             if c >= P:  # the result of chunk c - W brought the exact maximum for chunk c
                 scale[c] = agreed[c - W]
             part = slice(c * ce, min((c + 1) * ce, n))
-            levels[part] = self.codec.quantize(values[part], scale[c:c + 1])
-            words = self._pack_chunk(levels[part])
+            levels[part] = codec.quantize(values[part], scale[c:c + 1])
+            words = codec.fmt.pack(levels[part], QAINA_WORDS).astype(">u4")
             encode[0] += time.perf_counter() - t
             return self.carried(c, own), words
 
         words_back, agreed, stats = self._exchange(C, build)
-        sums = self.fmt.unpack_sum(words_back.reshape(-1), n)
-        total = self.codec.dequantize_sum(sums, scale)
+        sums = codec.fmt.unpack_sum(words_back.reshape(-1), n)
+        total = codec.dequantize_sum(sums, scale)
         # The last P results carry the true maxima of the first P chunks: how many of
         # their predicted scales fell short is known alike to every worker.
         short = int(np.count_nonzero(agreed[C - P:] > scale[:P]))
         return Aggregated(total, levels, sums, scale, agreed[C - P:], int(agreed.max()), stats,
-                          encode[0], self.codec.clipped(values, scale), short)
+                          encode[0], codec.clipped(values, scale), short)
 
-    def ring_aggregate(self, values: np.ndarray) -> Aggregated:
+    def ring_aggregate(self, values: np.ndarray, codec: WorkerCodec) -> Aggregated:
         """``aggregate`` by ring all-reduce: a max all-reduce agrees every chunk's scale
         exactly, then the packed words are summed with wrapping addition."""
         n = len(values)
         stats = ExchangeStats(first_send=time.time())
         sent0, received0 = self.ring.bytes_sent, self.ring.bytes_received
-        scale = self.ring.all_reduce(self.codec.codes(values), np.maximum)
+        scale = self.ring.all_reduce(codec.codes(values), np.maximum)
         t = time.perf_counter()
-        levels = self.codec.quantize(values, scale)
-        words = self.fmt.pack(levels, len(scale) * QAINA_WORDS)
+        levels = codec.quantize(values, scale)
+        words = codec.fmt.pack(levels, len(scale) * QAINA_WORDS)
         encode_s = time.perf_counter() - t
         self.ring.all_reduce(words, np.add)
-        sums = self.fmt.unpack_sum(words, n)
-        total = self.codec.dequantize_sum(sums, scale)
+        sums = codec.fmt.unpack_sum(words, n)
+        total = codec.dequantize_sum(sums, scale)
         stats.bytes_sent = self.ring.bytes_sent - sent0
         stats.bytes_received = self.ring.bytes_received - received0
         return Aggregated(total, levels, sums, scale, None, None, stats, encode_s, 0, 0)
 
     def iteration(self, i: int, predicted: np.ndarray | None):
-        """Aggregate iteration ``i``, compressed once the GradiVeQ basis is fitted.
+        """Aggregate iteration ``i``: compressed with GradiVeQ but for its exact
+        iterations, which fit or refresh the bases.
 
         ``predicted`` are the scales of the first P chunks (None: run a warm-up first).
-        Returns the predictions for the next iteration, and its largest exponent.
         """
         grad = self.gradients[i]
+        codec = self.codec_for(i)
         t0 = time.perf_counter()
-        compressed = self.gvq is not None and self.gvq.fitted
-        values = self.codec.values(self.gvq.compress(grad) if compressed else grad)
+        compressed = self.gvq is not None and not self.exact_iteration(i)
+        values = codec.values(self.gvq.compress(grad) if compressed else grad)
         compress_s = time.perf_counter() - t0
         if self.ring is not None:
-            a = self.ring_aggregate(values)
+            a = self.ring_aggregate(values, codec)
         else:
             if predicted is None:
-                predicted = self.warm_up(values)
-            a = self.aggregate(values, predicted)
+                predicted = self.warm_up(values, codec)
+            a = self.aggregate(values, predicted, codec)
         t1 = time.perf_counter()
-        self.codec.book(values, a.levels, a.scale)
-        aggregate = self.gvq.decompress(a.total, self.elements) if compressed else a.total
+        codec.book(values, a.levels, a.scale)
+        aggregate = self.gvq.decompress(a.total) if compressed else a.total
         end = time.time()
         decode_s = time.perf_counter() - t1
-        if self.gvq is not None and i < self.cfg.gvq_fit_iterations:
-            self.fit_aggregates.append(aggregate)
-            if i + 1 == self.cfg.gvq_fit_iterations:
-                self.gvq.fit_gradients(self.fit_aggregates)
+        if self.gvq is not None and not compressed:
+            self._fit(aggregate, i)
         exact = self.exact[i]
         err = float(np.linalg.norm(aggregate - exact) / max(np.linalg.norm(exact), 1e-30))
         if self.cfg.record_levels:
@@ -290,12 +304,25 @@ class Agent:
             self.levels_record[f"sums_{i}"] = a.sums.astype(np.int64)
             self.levels_record[f"aggregate_{i}"] = a.total
             self.levels_record[f"scale_{i}"] = a.scale
-        self._record_iteration(i, a, values, compressed, end, err, compress_s, decode_s)
+            self.levels_record[f"bits_{i}"] = np.array(codec.fmt.bits)
+        self._record_iteration(i, a, values, compressed, end, err, compress_s, decode_s,
+                               codec)
         return a
 
+    def _fit(self, aggregate: np.ndarray, i: int):
+        """An exact aggregate: keep the last ``gvq_fit_iterations`` of them, and once
+        there are that many, fit the bases to them (every worker alike)."""
+        self.fit_aggregates = (self.fit_aggregates + [aggregate])[-self.cfg.gvq_fit_iterations:]
+        if i + 1 >= self.cfg.gvq_fit_iterations:
+            self.gvq.fit(self.fit_aggregates)
+
     def _record_iteration(self, i: int, a: Aggregated, values, compressed: bool, end: float,
-                          err: float, compress_s: float, decode_s: float):
+                          err: float, compress_s: float, decode_s: float, codec: WorkerCodec):
         stats, rtts = a.stats, a.stats.rtts
+        gvq = {}
+        if self.gvq is not None and self.gvq.fitted:
+            gvq = dict(gvq_projection_error=self.gvq.projection_error(self.exact[i]),
+                       gvq_energy=self.gvq.energy)
         self._emit(type="iteration", iteration=i, start=stats.first_send, end=end,
                    completion_s=end - stats.first_send, elements=self.elements,
                    values=len(values), compressed=compressed, chunks=len(a.scale),
@@ -305,7 +332,7 @@ class Agent:
                    retransmissions=stats.retransmissions, timeouts=stats.timeouts,
                    fast_retransmits=stats.fast_retransmits, duplicates=stats.duplicates,
                    refused=stats.refused, send_errors=stats.send_errors, clipped=a.clipped,
-                   headroom=self.codec.headroom,
+                   headroom=codec.headroom, bits=codec.fmt.bits, **gvq,
                    rel_error=err, encode_s=a.encode_s + compress_s, decode_s=decode_s,
                    rtt_median_s=float(np.median(rtts)) if rtts else None,
                    window_mean=stats.window_mean)
@@ -327,10 +354,11 @@ class Agent:
         predicted, size = None, None
         for i in range(cfg.iterations):
             a = self.iteration(i, predicted)
-            # The next vector has this one's shape unless GradiVeQ just got its basis.
-            fitted_now = self.gvq is not None and i + 1 == cfg.gvq_fit_iterations
-            predicted = (None if fitted_now or self.ring else
-                         self.codec.predict(a.next_scales, a.top, a.short))
+            # The next vector has this one's shape and format unless GradiVeQ switches
+            # between exact and compressed iterations.
+            same = self.exact_iteration(i) == self.exact_iteration(i + 1)
+            predicted = (self.codec_for(i).predict(a.next_scales, a.top, a.short)
+                         if same and self.ring is None else None)
             size = len(a.total)
         if cfg.record_levels:
             np.savez(Path(cfg.output).with_suffix(".npz"), **self.levels_record)

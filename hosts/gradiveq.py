@@ -1,5 +1,11 @@
 """GradiVeQ: linear PCA compression of gradient slices (Yu et al., NeurIPS 2018).
 
+``GradiVeQ`` compresses one vector slice by slice with one basis; ``LayeredGradiVeQ``
+is what a job uses, as the paper does: every layer with at least ``k`` slices gets a
+basis of its own (slices never cross a layer boundary), smaller layers travel as
+they are; ``GradiVeQSchedule`` says which iterations are aggregated exactly to fit
+and refresh the bases.
+
 The flattened gradient is cut into slices of ``d`` consecutive elements (the last one
 zero-padded). An orthonormal ``d x k`` basis ``U`` holds the top ``k`` principal
 directions of slices seen in a few early iterations; a slice ``g`` travels as its ``k``
@@ -10,8 +16,9 @@ compressed sum: the coefficients can be aggregated by ring all-reduce or by the 
 without decompressing. Quantized with QSGD (:mod:`.quantize`), they ride the same lanes
 as any other gradient values.
 
-The directions are those of the uncentred second moment of the slices (no mean is
-subtracted), since a mean offset would break linearity. Every worker must use the same
+The directions are those of the uncentred second moment of the slices. (Centring
+would keep linearity too, with the receiver adding n times the mean back; it is not
+done here.) Every worker must use the same
 ``U``: fit it on data all workers hold (e.g. the exact aggregates of the first
 iterations, which an uncompressed all-reduce gives everyone) or fit once and hand the
 basis around (:meth:`GradiVeQ.from_basis`).
@@ -125,3 +132,97 @@ class GradiVeQ:
         if self.basis is None:
             raise RuntimeError("GradiVeQ has no basis yet: call fit() first")
         return self.basis
+
+
+class LayeredGradiVeQ:
+    """GradiVeQ per layer. ``layers`` are ``(name, size)`` in gradient order; a layer
+    of at least ``k`` slices of ``d`` elements is compressed with a basis fitted to its
+    own slices, the others travel as they are. The compressed vector is, layer by
+    layer, the coefficients or the raw values; it is linear in the gradient."""
+
+    def __init__(self, layers, d: int = 64, k: int = 8):
+        self.layers = [(str(name), int(size)) for name, size in layers]
+        self.d, self.k = int(d), int(k)
+        self.parts = [GradiVeQ(d, k) if -(-size // d) >= k else None
+                      for _, size in self.layers]
+        self.elements = sum(size for _, size in self.layers)
+        self.fits = 0  # how often the bases were fitted
+        self.energy: float | None = None  # share of the fit data's energy the bases keep
+
+    @property
+    def fitted(self) -> bool:
+        return self.fits > 0
+
+    def compressed_size(self) -> int:
+        return sum(p.compressed_size(size) if p is not None else size
+                   for p, (_, size) in zip(self.parts, self.layers))
+
+    def _split(self, vector: np.ndarray):
+        vector = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if len(vector) != self.elements:
+            raise ValueError(f"a gradient of {len(vector)} elements, the layers hold "
+                             f"{self.elements}")
+        start = 0
+        for part, (_, size) in zip(self.parts, self.layers):
+            yield part, vector[start:start + size]
+            start += size
+
+    def fit(self, aggregates) -> "LayeredGradiVeQ":
+        """Fit every compressed layer's basis to its slices of ``aggregates`` (exact
+        sums of gradients, which every worker of the job holds alike)."""
+        layers = [list(self._split(a)) for a in aggregates]
+        kept = total = 0.0
+        for j, part in enumerate(self.parts):
+            if part is None:
+                continue
+            slices = np.concatenate([part.slices(layer[j][1]) for layer in layers])
+            part.fit(slices)
+            energy = float((slices.astype(np.float64) ** 2).sum())
+            kept += part.captured_energy * energy
+            total += energy
+        self.energy = kept / total if total > 0 else 1.0
+        self.fits += 1
+        return self
+
+    def compress(self, gradient: np.ndarray) -> np.ndarray:
+        return np.concatenate([part.compress(g) if part is not None else g
+                               for part, g in self._split(gradient)])
+
+    def decompress(self, values: np.ndarray) -> np.ndarray:
+        values = np.asarray(values, dtype=np.float32).reshape(-1)
+        out, start = [], 0
+        for part, (_, size) in zip(self.parts, self.layers):
+            n = part.compressed_size(size) if part is not None else size
+            chunk = values[start:start + n]
+            out.append(part.decompress(chunk, size) if part is not None else chunk)
+            start += n
+        if start != len(values):
+            raise ValueError(f"{len(values)} values, the compressed layers hold {start}")
+        return np.concatenate(out)
+
+    def projection_error(self, gradient: np.ndarray) -> float:
+        """``|g - decompress(compress(g))| / |g|``: what the bases cannot express."""
+        g = np.asarray(gradient, dtype=np.float32).reshape(-1)
+        norm = np.linalg.norm(g.astype(np.float64))
+        if norm == 0:
+            return 0.0
+        back = self.decompress(self.compress(g)).astype(np.float64)
+        return float(np.linalg.norm(back - g) / norm)
+
+
+class GradiVeQSchedule:
+    """Which iterations a job aggregates exactly (uncompressed, at 32 bits) to fit the
+    bases, and which compressed: the first ``fit`` iterations are exact; then, with
+    ``refresh`` = R > 0, every (R + 1)-th iteration is exact again and the bases are
+    refitted on the last ``fit`` exact aggregates."""
+
+    def __init__(self, fit: int = 1, refresh: int = 0):
+        if fit < 1 or refresh < 0:
+            raise ValueError(f"GradiVeQ needs fit >= 1 and refresh >= 0, got {fit}, {refresh}")
+        self.fit, self.refresh = int(fit), int(refresh)
+
+    def exact(self, i: int) -> bool:
+        """Whether iteration ``i`` is aggregated uncompressed at 32 bits."""
+        if i < self.fit:
+            return True
+        return self.refresh > 0 and (i - self.fit) % (self.refresh + 1) == self.refresh

@@ -1,6 +1,7 @@
-"""The models whose gradients the recorder traces: a numpy MLP (always there) and a
-small PyTorch CNN (when PyTorch is installed), behind one API: ``layers``,
-``elements``, ``init_params``, ``loss_and_grad``, ``loss``, ``accuracy``, ``describe``.
+"""The models trained on the digits: a numpy MLP (always there), and with PyTorch a
+small CNN and a ResNet-18-layout network of 10^6 - 10^7 parameters, behind one API:
+``layers``, ``elements``, ``init_params``, ``loss_and_grad``, ``loss``, ``accuracy``,
+``describe``.
 """
 
 from __future__ import annotations
@@ -98,41 +99,34 @@ def _cross_entropy(logits: np.ndarray, y: np.ndarray):
     return loss, delta / len(y)
 
 
-class TorchCNN:
-    """A small convolutional net for the 8x8 digits, in PyTorch, behind the same API.
+class TorchModel:
+    """A PyTorch network behind the models' API: flat float32 parameter vectors in
+    ``named_parameters`` order, gradients the same. Subclasses build ``self.net`` in
+    ``build(torch)`` and set ``side``: the 8x8 digits are upsampled (nearest) to
+    ``side`` x ``side``. The parameters are PyTorch's default initialisation, drawn
+    from the seed alone."""
 
-    conv 1->8 (3x3, pad 1), ReLU, 2x2 max-pool, conv 8->16 (3x3, pad 1), ReLU, 2x2
-    max-pool, linear 64->10; softmax cross-entropy.
-    """
-
-    kind = "cnn"
+    kind = "torch"
+    side = 8
 
     def __init__(self, seed: int = 0):
         try:
             import torch
         except ImportError as exc:
-            raise TraceError(f"the cnn model needs PyTorch: {TORCH_HINT}") from exc
+            raise TraceError(f"the {self.kind} model needs PyTorch: {TORCH_HINT}") from exc
         self.torch = torch
+        torch.set_num_threads(1)  # agents share two cores with the switches
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
         try:
-            self.net = torch.nn.Sequential()
-            self.net.add_module("conv1", torch.nn.Conv2d(1, 8, 3, padding=1))
-            self.net.add_module("relu1", torch.nn.ReLU())
-            self.net.add_module("pool1", torch.nn.MaxPool2d(2))
-            self.net.add_module("conv2", torch.nn.Conv2d(8, 16, 3, padding=1))
-            self.net.add_module("relu2", torch.nn.ReLU())
-            self.net.add_module("pool2", torch.nn.MaxPool2d(2))
-            self.net.add_module("flatten", torch.nn.Flatten())
-            self.net.add_module("fc", torch.nn.Linear(64, 10))
+            self.net = self.build(torch)
         finally:
             torch.random.set_rng_state(generator_state)
         self.layers = [Layer(name, tuple(p.shape)) for name, p in self.net.named_parameters()]
         self.elements = sum(layer.size for layer in self.layers)
 
-    def describe(self) -> str:
-        return ("conv 1-8 3x3, ReLU, maxpool 2, conv 8-16 3x3, ReLU, maxpool 2, "
-                "linear 64-10, softmax cross-entropy")
+    def build(self, torch):
+        raise NotImplementedError
 
     def init_params(self, rng: np.random.Generator) -> np.ndarray:
         """PyTorch's default initialisation, made from the seed given to the constructor."""
@@ -145,12 +139,16 @@ class TorchCNN:
             self.net.parameters())
 
     def _images(self, x: np.ndarray):
-        return self.torch.from_numpy(np.asarray(x, dtype=np.float32).reshape(-1, 1, 8, 8))
+        images = self.torch.from_numpy(np.asarray(x, dtype=np.float32).reshape(-1, 1, 8, 8))
+        if self.side != 8:
+            images = self.torch.nn.functional.interpolate(images, size=self.side)
+        return images
 
     def logits(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
         self._load(params)
         with self.torch.no_grad():
-            return self.net(self._images(x)).numpy()
+            return np.concatenate([self.net(self._images(x[i:i + 256])).numpy()
+                                   for i in range(0, len(x), 256)])
 
     def loss(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
         return float(_cross_entropy(self.logits(params, x).astype(np.float64), y)[0])
@@ -170,10 +168,88 @@ class TorchCNN:
         return loss.item(), grad.numpy().astype(np.float32)
 
 
-def make_model(model: str, hidden=(128, 64), seed: int = 0):
-    """The model the recorder trains: ``"mlp"`` (numpy) or ``"cnn"`` (PyTorch)."""
+class TorchCNN(TorchModel):
+    """A small convolutional net for the 8x8 digits: conv 1->8 (3x3, pad 1), ReLU,
+    2x2 max-pool, conv 8->16 (3x3, pad 1), ReLU, 2x2 max-pool, linear 64->10."""
+
+    kind = "cnn"
+
+    def build(self, torch):
+        net = torch.nn.Sequential()
+        net.add_module("conv1", torch.nn.Conv2d(1, 8, 3, padding=1))
+        net.add_module("relu1", torch.nn.ReLU())
+        net.add_module("pool1", torch.nn.MaxPool2d(2))
+        net.add_module("conv2", torch.nn.Conv2d(8, 16, 3, padding=1))
+        net.add_module("relu2", torch.nn.ReLU())
+        net.add_module("pool2", torch.nn.MaxPool2d(2))
+        net.add_module("flatten", torch.nn.Flatten())
+        net.add_module("fc", torch.nn.Linear(64, 10))
+        return net
+
+    def describe(self) -> str:
+        return ("conv 1-8 3x3, ReLU, maxpool 2, conv 8-16 3x3, ReLU, maxpool 2, "
+                "linear 64-10, softmax cross-entropy")
+
+
+class TorchResNet(TorchModel):
+    """ResNet-18's layout (a 3x3 stem, four stages of two basic blocks, widths w, 2w,
+    4w, 8w, global average pooling, a linear head) on the digits upsampled to 32x32,
+    with GroupNorm instead of BatchNorm, so that the parameters are all there is to
+    a model (no running statistics that would differ from worker to worker).
+    ``width`` = 64 is ResNet-18's 11 M parameters; the default 24 has 1.6 M."""
+
+    kind = "resnet"
+    side = 32
+
+    def __init__(self, seed: int = 0, width: int = 24):
+        self.width = int(width)
+        super().__init__(seed)
+
+    def build(self, torch):
+        nn, w = torch.nn, self.width
+
+        def norm(channels):
+            return nn.GroupNorm(min(8, channels), channels)
+
+        class Block(nn.Module):
+            def __init__(self, cin, cout, stride):
+                super().__init__()
+                self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+                self.norm1 = norm(cout)
+                self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+                self.norm2 = norm(cout)
+                self.skip = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                           norm(cout)) if stride != 1 or cin != cout else None)
+
+            def forward(self, x):
+                out = torch.relu(self.norm1(self.conv1(x)))
+                out = self.norm2(self.conv2(out))
+                return torch.relu(out + (x if self.skip is None else self.skip(x)))
+
+        layers = [nn.Conv2d(1, w, 3, 1, 1, bias=False), norm(w), nn.ReLU()]
+        cin = w
+        for stage, cout in enumerate((w, 2 * w, 4 * w, 8 * w)):
+            for block in range(2):
+                layers.append(Block(cin, cout, 2 if stage and not block else 1))
+                cin = cout
+        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 10)]
+        return nn.Sequential(*layers)
+
+    def describe(self) -> str:
+        return (f"ResNet-18 layout, widths {self.width}-{2 * self.width}-{4 * self.width}-"
+                f"{8 * self.width}, GroupNorm, on the digits upsampled to 32x32, softmax "
+                "cross-entropy")
+
+
+MODELS = ("mlp", "cnn", "resnet")
+
+
+def make_model(model: str, hidden=(128, 64), seed: int = 0, width: int = 24):
+    """A model to train: ``"mlp"`` (numpy), ``"cnn"`` or ``"resnet"`` (PyTorch)."""
     if model == "mlp":
         return NumpyMLP((64, *hidden, 10))
     if model == "cnn":
         return TorchCNN(seed)
-    raise TraceError(f"unknown model {model!r}: use 'mlp' or 'cnn'")
+    if model == "resnet":
+        return TorchResNet(seed, width)
+    raise TraceError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")

@@ -48,7 +48,8 @@ from pathlib import Path
 import numpy as np
 
 FORMAT = "qaina-trace"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 adds "dtype" (float32 or float16); version 1 is float32
+DTYPES = ("float32", "float16")
 MANIFEST = "manifest.json"
 REQUIRED_KEYS = ("format", "version", "name", "model", "dataset", "layers", "elements",
                  "workers", "iterations")
@@ -93,6 +94,7 @@ class TraceSet:
         self.elements = int(manifest["elements"])
         self.layers = [Layer(str(layer["name"]), tuple(int(d) for d in layer["shape"]))
                        for layer in manifest["layers"]]
+        self.dtype = np.dtype(manifest.get("dtype", "float32"))  # as stored
 
     @classmethod
     def open(cls, path) -> "TraceSet":
@@ -111,7 +113,7 @@ class TraceSet:
                 f"workers x {self.iterations} iterations x {self.elements} elements)")
 
     def gradient(self, worker: int, iteration: int) -> np.ndarray:
-        """Worker ``worker``'s flattened float32 gradient at iteration ``iteration``."""
+        """Worker ``worker``'s flattened gradient at iteration ``iteration``, as float32."""
         if not 0 <= worker < self.workers:
             raise IndexError(f"worker {worker} of a {self.workers}-worker trace set")
         if not 0 <= iteration < self.iterations:
@@ -122,10 +124,10 @@ class TraceSet:
                 grad = npz[iteration_key(iteration)]
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
             raise TraceError(f"{file}: cannot read {iteration_key(iteration)}: {exc}") from exc
-        if grad.dtype != np.float32 or grad.shape != (self.elements,):
+        if grad.dtype != self.dtype or grad.shape != (self.elements,):
             raise TraceError(f"{file}: {iteration_key(iteration)} is {grad.dtype} "
-                             f"{grad.shape}, expected float32 ({self.elements},)")
-        return grad
+                             f"{grad.shape}, expected {self.dtype} ({self.elements},)")
+        return grad.astype(np.float32, copy=False)
 
     def gradients(self, iteration: int, workers=None) -> np.ndarray:
         """Stacked float32 gradients, shape (len(workers), elements); all workers if None."""
@@ -167,9 +169,9 @@ class TraceSet:
                                          f"manifest names {self.iterations} iterations)")
                     with archive.open(member) as stream:
                         shape, dtype = _npy_header(stream)
-                    if dtype != np.float32 or shape != (self.elements,):
+                    if dtype != self.dtype or shape != (self.elements,):
                         raise TraceError(f"{file}: {iteration_key(i)} is {dtype} {shape}, "
-                                         f"expected float32 ({self.elements},)")
+                                         f"expected {self.dtype} ({self.elements},)")
         except (zipfile.BadZipFile, OSError, ValueError) as exc:
             raise TraceError(f"{file}: not a readable .npz file: {exc}") from exc
 
@@ -202,9 +204,12 @@ def read_manifest(path) -> dict:
         raise TraceError(f"{file}: missing {', '.join(missing)}")
     if manifest["format"] != FORMAT:
         raise TraceError(f"{file}: format {manifest['format']!r} is not {FORMAT!r}")
-    if manifest["version"] != FORMAT_VERSION:
+    if manifest["version"] not in (1, FORMAT_VERSION):
         raise TraceError(f"{file}: format version {manifest['version']}, this reader "
-                         f"knows version {FORMAT_VERSION}")
+                         f"knows versions 1 and {FORMAT_VERSION}")
+    if manifest.get("dtype", "float32") not in DTYPES:
+        raise TraceError(f"{file}: dtype {manifest['dtype']!r} is not one of "
+                         f"{', '.join(DTYPES)}")
     for key in ("workers", "iterations", "elements"):
         if not isinstance(manifest[key], int) or manifest[key] < 1:
             raise TraceError(f"{file}: {key} must be a positive integer, "
@@ -224,11 +229,12 @@ def read_manifest(path) -> dict:
 # -- writing ------------------------------------------------------------------------------
 
 def write_trace(path, gradients, *, name: str | None = None, model: str, dataset: str,
-                layers, overwrite: bool = False, **info) -> TraceSet:
+                layers, overwrite: bool = False, dtype: str = "float32", **info) -> TraceSet:
     """Write a trace set to directory ``path`` and return it opened.
 
     ``gradients[k][i]`` is worker k's gradient at iteration i (anything numpy turns
-    into a flat float32 array of the layers' total size). ``layers`` is a sequence of
+    into a flat array of the layers' total size), stored as ``dtype`` (float32, or
+    float16 for big sets: half the size). ``layers`` is a sequence of
     :class:`Layer` or ``(name, shape)`` pairs; ``info`` goes into the manifest as is
     (JSON-serialisable values). The set is written next to ``path`` and moved into
     place at the end, so an interrupted write leaves no half trace set behind.
@@ -245,6 +251,8 @@ def write_trace(path, gradients, *, name: str | None = None, model: str, dataset
         raise TraceError("every worker needs the same, positive number of iterations")
     if path.exists() and not overwrite:
         raise TraceError(f"{path} exists (pass overwrite=True to replace it)")
+    if dtype not in DTYPES:
+        raise TraceError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
     manifest = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -255,6 +263,7 @@ def write_trace(path, gradients, *, name: str | None = None, model: str, dataset
         "elements": elements,
         "workers": workers,
         "iterations": iterations,
+        "dtype": dtype,
         **info,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -266,7 +275,7 @@ def write_trace(path, gradients, *, name: str | None = None, model: str, dataset
         for k, per_worker in enumerate(gradients):
             arrays = {}
             for i, grad in enumerate(per_worker):
-                grad = np.asarray(grad, dtype=np.float32).reshape(-1)
+                grad = np.asarray(grad, dtype=dtype).reshape(-1)
                 if grad.shape != (elements,):
                     raise TraceError(f"worker {k} iteration {i}: {grad.size} elements, "
                                      f"the layers hold {elements}")
@@ -315,12 +324,23 @@ def default_trace_dir() -> Path:
     return Path(__file__).resolve().parent / "traces"
 
 
+def default_record_dir() -> Path:
+    """The user's trace directory: where ``traces record`` writes and ``up`` looks
+    (``$QAINA_TRACE_DIR``, else ``$XDG_DATA_HOME/qaina-bench/traces``, else
+    ``~/.local/share/qaina-bench/traces``)."""
+    if os.environ.get("QAINA_TRACE_DIR"):
+        return Path(os.environ["QAINA_TRACE_DIR"]).expanduser()
+    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data) / "qaina-bench" / "traces"
+
+
 def trace_search_path(dirs=None) -> list[Path]:
-    """Where trace names are looked up: ``dirs`` in order, then the bundled sets."""
+    """Where trace names are looked up: ``dirs`` in order, then the user's trace
+    directory, then the bundled sets."""
     search = [Path(d).expanduser() for d in (dirs or ())]
-    bundled = default_trace_dir()
-    if bundled not in search:
-        search.append(bundled)
+    for default in (default_record_dir(), default_trace_dir()):
+        if default not in search:
+            search.append(default)
     return search
 
 

@@ -18,6 +18,19 @@ needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root: veth pairs, raw
 
 
 @pytest.fixture(autouse=True, scope="session")
+def trace_dir(tmp_path_factory):
+    """The user's trace directory of the tests: a directory of their own."""
+    path = tmp_path_factory.mktemp("traces")
+    old = os.environ.get("QAINA_TRACE_DIR")
+    os.environ["QAINA_TRACE_DIR"] = str(path)
+    yield path
+    if old is None:
+        del os.environ["QAINA_TRACE_DIR"]
+    else:
+        os.environ["QAINA_TRACE_DIR"] = old
+
+
+@pytest.fixture(autouse=True, scope="session")
 def record_dir(tmp_path_factory):
     """Run records of the tests (and of the CLIs they start) in a directory of their
     own, never among a user's runs in /run/qaina-bench."""

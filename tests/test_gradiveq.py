@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from qaina_bench.hosts.gradiveq import GradiVeQ
+from qaina_bench.hosts.gradiveq import GradiVeQ, GradiVeQSchedule, LayeredGradiVeQ
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.hosts.quantize import Quantizer, agree_exponents, chunk_exponents
 from qaina_bench.hosts.traces import open_trace
@@ -119,3 +119,45 @@ def test_misuse_is_refused():
         gvq.decompress(np.zeros(3))
     with pytest.raises(ValueError, match="orthonormal"):
         GradiVeQ.from_basis(np.ones((8, 2)))
+
+
+def layered(trace, d=64, k=8):
+    return LayeredGradiVeQ([(layer.name, layer.size) for layer in trace.layers], d, k)
+
+
+def test_layers_are_compressed_apart_and_small_ones_travel_as_they_are(trace):
+    lg = layered(trace)
+    sizes = {name: size for name, size in lg.layers}
+    compressed = {name for (name, _), part in zip(lg.layers, lg.parts) if part is not None}
+    assert compressed == {name for name, size in sizes.items() if -(-size // 64) >= 8}
+    lg.fit([trace.exact_sum(0)])
+    g = trace.exact_sum(3).astype(np.float32)
+    c = lg.compress(g)
+    assert len(c) == lg.compressed_size() < len(g) / 3
+    back = lg.decompress(c)
+    start = 0  # the raw layers come back exactly
+    for (name, size), part in zip(lg.layers, lg.parts):
+        if part is None:
+            assert np.array_equal(back[start:start + size], g[start:start + size]), name
+        start += size
+    # linear: the sum of the workers' compressed gradients is the compressed sum
+    summed = np.sum([lg.compress(trace.gradient(w, 3)) for w in range(trace.workers)],
+                    axis=0, dtype=np.float64)
+    np.testing.assert_allclose(summed, c, atol=1e-5 * np.abs(c).max())
+    assert 0 < lg.energy <= 1 and 0 <= lg.projection_error(g) < 1
+
+
+def test_refreshing_the_basis_keeps_more_of_later_gradients(trace):
+    once, refreshed = layered(trace), layered(trace)
+    once.fit([trace.exact_sum(0)])
+    refreshed.fit([trace.exact_sum(8)])
+    late = trace.exact_sum(trace.iterations - 1)
+    assert refreshed.projection_error(late) < once.projection_error(late)
+
+
+def test_the_schedule_says_which_iterations_are_exact():
+    assert [GradiVeQSchedule(2, 0).exact(i) for i in range(6)] == [1, 1, 0, 0, 0, 0]
+    assert [GradiVeQSchedule(1, 3).exact(i) for i in range(10)] == \
+        [1, 0, 0, 0, 1, 0, 0, 0, 1, 0]
+    with pytest.raises(ValueError):
+        GradiVeQSchedule(0, 1)

@@ -63,7 +63,8 @@ def test_files_on_disk_are_the_documented_layout(small_trace):
     assert sorted(p.name for p in trace.path.iterdir()) == [
         "manifest.json", "worker0.npz", "worker1.npz", "worker2.npz"]
     manifest = json.loads((trace.path / "manifest.json").read_text())
-    assert manifest["format"] == "qaina-trace" and manifest["version"] == 1
+    assert manifest["format"] == "qaina-trace" and manifest["version"] == 2
+    assert manifest["dtype"] == "float32"
     assert manifest["layers"] == [{"name": "a.weight", "shape": [3, 4]},
                                   {"name": "a.bias", "shape": [3]}]
     with np.load(trace.path / "worker1.npz") as npz:
@@ -121,7 +122,8 @@ def edit_manifest(trace, **changes):
 @pytest.mark.parametrize("changes,message", [
     ({"workers": None, "layers": None}, "missing layers, workers"),
     ({"format": "npz"}, "format 'npz'"),
-    ({"version": 2}, "format version 2"),
+    ({"version": 3}, "format version 3"),
+    ({"dtype": "int8"}, "dtype 'int8'"),
     ({"workers": 0}, "workers must be a positive integer"),
     ({"elements": 16}, "the layers hold 15 elements, the manifest says 16"),
     ({"layers": [{"name": "x"}]}, "layers must be a list"),
@@ -326,3 +328,26 @@ def test_bundled_trace_is_what_the_recorder_makes(tmp_path):
         for k in range(m["workers"]):
             np.testing.assert_allclose(again.gradient(k, i), shipped.gradient(k, i),
                                        rtol=1e-4, atol=1e-6)
+
+
+def test_float16_sets_are_half_the_size_and_read_as_float32(tmp_path):
+    grads = small_gradients(workers=2, iterations=2, elements=15)
+    half = write_trace(tmp_path / "half", grads, model="toy", dataset="random",
+                       layers=LAYERS, dtype="float16")
+    assert half.dtype == np.float16 and half.manifest["dtype"] == "float16"
+    g = half.gradient(1, 1)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, grads[1][1], rtol=1e-3, atol=1e-3)
+    assert np.array_equal(g, grads[1][1].astype(np.float16).astype(np.float32))
+
+
+def test_version_1_sets_still_read():
+    trace = open_trace("digits-mlp")  # the bundled set is version 1, float32
+    assert trace.manifest["version"] == 1 and trace.dtype == np.float32
+
+
+def test_recorded_sets_land_in_the_users_trace_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("QAINA_TRACE_DIR", str(tmp_path / "mine"))
+    trace = record("mine", workers=2, iterations=2, hidden=(8,))
+    assert trace.path == tmp_path / "mine" / "mine"
+    assert find_trace("mine") == trace.path  # up finds it without --trace-dir
