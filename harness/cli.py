@@ -17,10 +17,11 @@ def _fail(exc: Exception):
     raise click.ClickException(str(exc)) from None
 
 
-class BitsType(click.ParamType):
-    """``4`` or ``4,32``: one width for every job, or one per job."""
+class IntList(click.ParamType):
+    """``4`` or ``4,32``: one whole number, or a comma-separated list of them."""
 
-    name = "BITS"
+    def __init__(self, what: str = "bit width", name: str = "BITS"):
+        self.what, self.name = what, name
 
     def convert(self, value, param, ctx):
         if isinstance(value, list):
@@ -28,8 +29,13 @@ class BitsType(click.ParamType):
         try:
             return [int(v) for v in str(value).split(",")]
         except ValueError:
-            self.fail(f"{value!r} is not a bit width or a comma-separated list of them",
+            self.fail(f"{value!r} is not a {self.what} or a comma-separated list of them",
                       param, ctx)
+
+
+def BitsType():
+    """``4`` or ``4,32``: one width for every job, or one per job."""
+    return IntList()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -82,6 +88,25 @@ def run_options(f):
         click.option("--gvq-refresh", type=int, default=DEFAULTS.gvq_refresh,
                      show_default=True, help="GradiVeQ: refresh the bases with an exact "
                      "iteration after every R compressed ones (0: never)"),
+        click.option("--train", is_flag=True,
+                     help="closed loop: the agents train --model on the digits from the "
+                     "aggregates they receive (instead of replaying --trace)"),
+        click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]),
+                     default=DEFAULTS.model, show_default=True,
+                     help="--train: the model (cnn and resnet need PyTorch)"),
+        click.option("--lr", type=float, default=DEFAULTS.lr, show_default=True,
+                     help="--train: SGD learning rate"),
+        click.option("--batch-size", type=int, default=DEFAULTS.batch_size,
+                     show_default=True, help="--train: minibatch per worker"),
+        click.option("--hidden", type=IntList("layer size", "SIZES"), default="64,32",
+                     show_default=True,
+                     help="--train: mlp hidden layer sizes"),
+        click.option("--width", type=int, default=DEFAULTS.width, show_default=True,
+                     help="--train: resnet width"),
+        click.option("--eval-every", type=int, default=DEFAULTS.eval_every,
+                     show_default=True, help="--train: iterations between test accuracies"),
+        click.option("--target-accuracy", type=float, default=DEFAULTS.target_accuracy,
+                     show_default=True, help="--train: the summary says when it was reached"),
         click.option("--quantizer", type=click.Choice(["maxpow2", "maxfine", "qsgd"]),
                      default="maxpow2", show_default=True,
                      help="scale rule: power of two at the chunk maximum, the same in "
@@ -179,7 +204,13 @@ def print_summary(summary: dict, directory: Path):
                    f"{j['fp32_equivalent_gbps'] or 0:>9.4f} "
                    f"{_cell(j.get('slots_peak'), '.0f', 8)} {_cell(j.get('slots_mean'), '.1f', 5)} "
                    f"{_cell(j.get('register_bit_efficiency'), '.2f', 5)} "
-                   f"{j['rel_error_mean']:>8.4f} {j['retransmissions']:>5}")
+                   f"{_cell(j.get('rel_error_mean'), '.4f', 8)} {j['retransmissions']:>5}")
+        if j.get("final_test_accuracy") is not None:
+            reached = (f", {j['target_accuracy']:.2f} after {j['time_to_target_s']:.1f} s "
+                       f"({j['iterations_to_target']} iterations)"
+                       if j.get("time_to_target_s") is not None else
+                       f", {j['target_accuracy']:.2f} not reached")
+            click.echo(f"    test accuracy {j['final_test_accuracy']:.3f}{reached}")
     if summary.get("startup_to_first_send_s") is not None:
         click.echo(f"first packet {summary['startup_to_first_send_s']:.1f} s after start")
     for warning in summary.get("validity", {}).get("warnings", []):
@@ -314,6 +345,69 @@ def results_show(run_dir):
         _fail(exc)
     print_summary(summary, Path(run_dir))
     click.echo(COLUMNS_HELP)
+
+
+# -- evaluation ----------------------------------------------------------------------
+@main.group("eval")
+def evaluate():
+    """Measurements of the compression itself, without the network."""
+
+
+@evaluate.command("compression")
+@click.option("--trace", default="digits-mlp", show_default=True,
+              help="trace set for the relative error (open loop)")
+@click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
+@click.option("--workers", type=int, default=8, show_default=True)
+@click.option("--bits", type=BitsType(), default="2,4,8,32", show_default=True)
+@click.option("--quantizers", default="maxpow2,maxfine,qsgd", show_default=True)
+@click.option("--gvq-k", type=int, default=8, show_default=True)
+@click.option("--gvq-refresh", type=int, default=4, show_default=True)
+@click.option("--seeds", type=int, default=2, show_default=True, help="repeats of each")
+@click.option("--train-iterations", type=int, default=0, show_default=True,
+              help="train the model closed loop this long for a final accuracy (0: no)")
+@click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]), default="mlp",
+              show_default=True, help="the model trained closed loop")
+@click.option("--lr", type=float, default=0.3, show_default=True)
+@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option("--hidden", default="64,32", show_default=True, help="mlp hidden layer sizes")
+@click.option("--width", type=int, default=24, show_default=True, help="resnet width")
+@click.option("--error-feedback", "ef", type=click.Choice(["both", "off", "on"]),
+              default="both", show_default=True)
+@click.option("--extras/--no-extras", default=True, show_default=True,
+              help="also the b = 1 signs and GradiVeQ")
+def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh, seeds,
+                     train_iterations, model, lr, batch_size, hidden, width, ef, extras):
+    """Relative error of every quantizer at every bit width, with and without error
+    feedback, the b = 1 signs and GradiVeQ, on a trace set; with --train-iterations,
+    the final test accuracy of training the digits job from those aggregates."""
+    from ..hosts import evaluate as ev
+    from ..hosts.traces import TraceError, open_trace
+    from ..hosts.training import DataParallelJob
+    try:
+        ts = open_trace(trace, list(dirs) or None)
+        names = tuple(q.strip() for q in quantizers.split(",") if q.strip())
+        scheme_list = ev.schemes(tuple(bits), names, gvq_k, gvq_refresh, extras,
+                                 {"both": (False, True), "off": (False,), "on": (True,)}[ef])
+        sizes = tuple(int(h) for h in hidden.split(",") if h.strip())
+    except (TraceError, ValueError) as exc:
+        _fail(exc)
+    if workers > ts.workers:
+        _fail(ValueError(f"trace {ts.name} has {ts.workers} workers, --workers {workers}"))
+
+    def job(seed):
+        return DataParallelJob(model, workers, seed, batch_size=batch_size, learning_rate=lr,
+                               hidden=sizes, width=width)
+
+    click.echo(f"trace {ts.name}: {ts.elements} elements, {workers} workers, "
+               f"{ts.iterations} iterations; {seeds} repeats (mean, range)"
+               + (f"; accuracy after {train_iterations} iterations of {model}, lr {lr}, "
+                  f"batch {batch_size} per worker" if train_iterations else ""))
+    click.echo(ev.TABLE_HEAD)
+    try:
+        ev.compression_table(ts, job if train_iterations else None, scheme_list, workers,
+                             seeds, train_iterations, log=click.echo)
+    except (TraceError, ImportError, ValueError) as exc:
+        _fail(exc)
 
 
 # -- benchmarks ----------------------------------------------------------------------

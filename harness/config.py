@@ -6,6 +6,7 @@ wrong and how to fix it; the resolved configuration is saved with the results.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 import shutil
@@ -59,6 +60,14 @@ class RunConfig:
     gvq_k: int = 8
     gvq_fit: int = 1  # GradiVeQ: exact iterations the bases are fitted on
     gvq_refresh: int = 0  # GradiVeQ: R > 0 refreshes the bases every R + 1 iterations
+    train: bool = False  # closed loop: train the digits job from the aggregates
+    model: str = "mlp"  # the trained model: mlp, cnn or resnet (PyTorch)
+    lr: float = 0.3
+    batch_size: int = 32  # per worker
+    hidden: list[int] = field(default_factory=lambda: [64, 32])  # mlp hidden layers
+    width: int = 24  # resnet width
+    eval_every: int = 10  # iterations between test-accuracy measurements
+    target_accuracy: float = 0.9  # time to reach it goes into the summary
     quantizer: str = "maxpow2"  # maxpow2, maxfine or qsgd (hosts/compression.py)
     bucket: int = 512  # qsgd: elements per norm
     error_feedback: bool = False  # always on at b = 1
@@ -106,8 +115,9 @@ class RunConfig:
             raise ConfigError(f"--run-id {self.run_id!r}: use letters, digits, '.', '_' and "
                               "'-' (a name, not a path), at most 100 characters")
 
-    def check(self) -> TraceSet:
-        """Raise ConfigError for anything that cannot work; returns the trace set."""
+    def check(self) -> TraceSet | None:
+        """Raise ConfigError for anything that cannot work; returns the trace set (None
+        when the run trains instead of replaying one)."""
         for f in fields(self):
             _typed(f.name, getattr(self, f.name), "the configuration")
         self.check_run_id()
@@ -161,6 +171,9 @@ class RunConfig:
                               f"{self.gvq_fit + 1} or more")
         if self.sample_interval <= 0 or self.timeout <= 0:
             raise ConfigError("--sample-interval and --timeout must be positive")
+        if self.train:
+            self.check_training()
+            return None
         try:
             trace = TraceSet.open(find_trace(self.trace, self.trace_dirs or None))
         except TraceError as exc:
@@ -174,6 +187,21 @@ class RunConfig:
             raise ConfigError(f"trace {trace.name} has {trace.iterations} iterations, "
                               f"--iterations {self.iterations} asks for more")
         return trace
+
+
+    def check_training(self):
+        from ..hosts.models import MODELS
+        if self.model not in MODELS:
+            raise ConfigError(f"--model {self.model!r}: use one of {', '.join(MODELS)}")
+        if self.model != "mlp" and importlib.util.find_spec("torch") is None:
+            from ..hosts.models import TORCH_HINT
+            raise ConfigError(f"--model {self.model} needs PyTorch: {TORCH_HINT}")
+        if self.lr <= 0 or self.batch_size < 1 or self.eval_every < 1 or self.width < 1:
+            raise ConfigError("--lr, --batch-size, --eval-every and --width must be positive")
+        if not self.hidden or min(self.hidden) < 1:
+            raise ConfigError(f"--hidden {self.hidden}: positive layer sizes")
+        if not 0 < self.target_accuracy <= 1:
+            raise ConfigError(f"--target-accuracy {self.target_accuracy}: a share in (0, 1]")
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -193,7 +221,7 @@ def _typed(name: str, value, where):
         return None
     kind = next(k for k in kinds if k is not type(None))
     what = {int: "a whole number", float: "a number", bool: "true or false", str: "text",
-            list[int]: "a bit width or a list of them (4, [4, 32] or \"4,32\")",
+            list[int]: "a whole number or a list of them (4, [4, 32] or \"4,32\")",
             list[str]: "a path or a list of paths"}[kind]
     if kind is float:
         what = "a finite number"

@@ -20,7 +20,8 @@ ITERATION_COLUMNS = ["job", "worker", "iteration", "start", "end", "completion_s
                      "values", "compressed", "packets_sent", "packets_received", "bytes_sent",
                      "bytes_received", "retransmissions", "timeouts", "fast_retransmits",
                      "duplicates", "refused", "send_errors", "clipped", "headroom", "bits",
-                     "gvq_projection_error", "gvq_energy", "rel_error",
+                     "gvq_projection_error", "gvq_energy", "train_loss", "test_loss",
+                     "test_accuracy", "rel_error",
                      "encode_s", "decode_s", "rtt_median_s", "window_mean"]
 TIMESERIES_COLUMNS = ["time", "kind", "switch", "job", "interface", "slots_opened",
                       "slots_closed", "slots_in_use", "agg_packets", "retx_answered",

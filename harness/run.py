@@ -125,7 +125,7 @@ def new_run_id(cfg: RunConfig) -> str:
         parts.append("ef")
     if cfg.compress != "none":
         parts.append(cfg.compress)
-    parts.append(cfg.trace)
+    parts.append(f"train-{cfg.model}" if cfg.train else cfg.trace)
     for name, value in (("bw", cfg.bw), ("delay", cfg.delay), ("loss", cfg.loss)):
         if value:
             parts.append(f"{name}{value:g}" if isinstance(value, float) else f"{name}{value}")
@@ -160,7 +160,7 @@ class Run:
         self.echo = echo
         self.t_invoked = time.time()
         self.trace = cfg.check()
-        self.trace_path = find_trace(cfg.trace, cfg.trace_dirs or None)
+        self.trace_path = None if cfg.train else find_trace(cfg.trace, cfg.trace_dirs or None)
         if os.geteuid() != 0:
             raise ConfigError("qaina-bench up needs root (Mininet, veth, raw sockets): "
                               "run it with sudo")
@@ -266,7 +266,10 @@ class Run:
                 host = w.host
                 name = f"j{job.job_id}w{w.index}"
                 acfg = AgentConfig(job_id=job.job_id, worker=w.index, workers=cfg.workers,
-                                   bits=job.fmt.bits, trace=str(self.trace_path),
+                                   bits=job.fmt.bits, trace=str(self.trace_path or ""),
+                                   train=cfg.train, model=cfg.model, lr=cfg.lr,
+                                   batch_size=cfg.batch_size, hidden=list(cfg.hidden),
+                                   width=cfg.width, eval_every=cfg.eval_every,
                                    iterations=cfg.iterations, aggregator=agg_ip,
                                    slot_base=job.slot_base, slots=job.slot_count,
                                    output=str(self.writer.dir / "agents" / f"{name}.jsonl"),

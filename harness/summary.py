@@ -47,8 +47,34 @@ def software_versions() -> dict:
     return out
 
 
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def _max(values):
+    values = [v for v in values if v is not None]
+    return float(np.max(values)) if values else None
+
+
+def learning(rows: list[dict], start: float, target: float) -> dict:
+    """What a closed-loop run (``--train``) learned: the test accuracy over time (from
+    worker 0, which measures it), the last, and when ``target`` was first reached."""
+    points = sorted((r["iteration"], r["end"] - start, r["test_accuracy"]) for r in rows
+                    if r.get("test_accuracy") is not None)
+    if not points:
+        return {}
+    reached = next((p for p in points if p[2] >= target), None)
+    return {"accuracy_curve": [{"iteration": i + 1, "time_s": t, "test_accuracy": a}
+                               for i, t, a in points],
+            "final_test_accuracy": points[-1][2],
+            "target_accuracy": target,
+            "time_to_target_s": reached[1] if reached else None,
+            "iterations_to_target": reached[0] + 1 if reached else None}
+
+
 def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: str | None,
-                warmups: list[dict]) -> dict:
+                warmups: list[dict], target_accuracy: float = 0.9) -> dict:
     """The summary of one job from its iteration rows and switch samples."""
     mine = [r for r in rows if r["job"] == job["job_id"]]
     out = dict(job)
@@ -90,8 +116,9 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
         elements_per_register=job["lanes"] if in_network else None,
         register_bit_efficiency=float(np.mean(efficiency)) if in_network else None,
         values_per_iteration_mean=float(np.mean([r["values"] for r in mine])),
-        rel_error_mean=float(np.mean([r["rel_error"] for r in mine])),
-        rel_error_max=float(np.max([r["rel_error"] for r in mine])),
+        rel_error_mean=_mean([r["rel_error"] for r in mine]),
+        rel_error_max=_max([r["rel_error"] for r in mine]),
+        **learning(mine, start, target_accuracy),
         retransmissions=int(sum(r["retransmissions"] for r in mine)),
         timeouts=int(sum(r["timeouts"] or 0 for r in mine)),
         refused=int(sum(r["refused"] or 0 for r in mine)
@@ -171,7 +198,8 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         warmups = [r for a in agents if a["job"] == job["job_id"] for r in a["records"]
                    if r.get("type") == "warmup"]
         aggregator = meta.get("aggregator") if cfg.mode == "ina" else None
-        jobs.append(job_summary(job, rows, slot_samples, aggregator, warmups))
+        jobs.append(job_summary(job, rows, slot_samples, aggregator, warmups,
+                                cfg.target_accuracy))
     errors = [r.get("message") for a in agents for r in a["records"] if r.get("type") == "error"]
     config = asdict(cfg)
     summary = {
@@ -186,7 +214,9 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "workers": cfg.workers,
         "bits": cfg.job_bits(),
         "iterations": cfg.iterations,
-        "trace": cfg.trace,
+        "trace": None if cfg.train else cfg.trace,
+        "train": {"model": cfg.model, "lr": cfg.lr, "batch_size": cfg.batch_size}
+        if cfg.train else None,
         "compress": cfg.compress,
         "quantizer": "signmean" if cfg.job_bits() == [1] * cfg.jobs else cfg.quantizer,
         "error_feedback": cfg.error_feedback,

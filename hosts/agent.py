@@ -42,7 +42,7 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +51,8 @@ from ..p4.header import FRAME_LEN, QAINA_UDP_PORT, QAINA_WORDS
 from .gradiveq import GradiVeQSchedule, LayeredGradiVeQ
 from .ring import Ring, RingError
 from .compression import CodecConfig, WorkerCodec
-from .traces import TraceSet
+from .sources import LiveTraining, TraceReplay
+from .traces import TraceError
 from .transport import ExchangeStats, SlotStream, StreamStalled
 DEFAULT_HEADROOM = 1  # predicted scales x2 for b <= 8
 DEFAULT_HEADROOM_32 = 8  # x256 for the 32-bit fixed point
@@ -92,6 +93,13 @@ class AgentConfig:
     gvq_k: int = 8  # GradiVeQ coefficients per slice
     gvq_fit_iterations: int = 1  # exact iterations whose aggregates fit the bases
     gvq_refresh: int = 0  # R > 0: every (R + 1)-th later iteration refreshes them
+    train: bool = False  # closed loop: train the digits job instead of replaying a trace
+    model: str = "mlp"
+    lr: float = 0.3
+    batch_size: int = 32
+    hidden: list = field(default_factory=lambda: [64, 32])
+    width: int = 24
+    eval_every: int = 10
 
     @classmethod
     def load(cls, path) -> "AgentConfig":
@@ -122,7 +130,8 @@ class Aggregated:
 
 
 class Agent:
-    """Replays one worker's trace through in-network aggregation."""
+    """One worker: its gradients (a trace replayed, or training) aggregated through
+    the switch or the ring."""
 
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
@@ -134,27 +143,22 @@ class Agent:
         except ValueError as exc:
             raise AgentError(str(exc)) from None
         self.fmt = self.codec.fmt
-        self.trace = TraceSet.open(cfg.trace)
-        if cfg.workers > self.trace.workers:
-            raise AgentError(f"trace {self.trace.name} has {self.trace.workers} workers, "
-                             f"the job has {cfg.workers}")
-        if cfg.iterations > self.trace.iterations:
-            raise AgentError(f"trace {self.trace.name} has {self.trace.iterations} "
-                             f"iterations, {cfg.iterations} asked for")
-        self.trace_worker = cfg.worker if cfg.trace_worker is None else cfg.trace_worker
-        self.elements = self.trace.elements
-        # Everything read from disk is read before the start: the timed path only
-        # quantizes, sends, receives and dequantizes.
-        self.gradients = [self.trace.gradient(self.trace_worker, i)
-                          for i in range(cfg.iterations)]
-        self.exact = [self.trace.exact_sum(i, workers=range(cfg.workers))
-                      for i in range(cfg.iterations)]
+        try:
+            if cfg.train:
+                self.source = LiveTraining(cfg.worker, cfg.workers, cfg.iterations,
+                                           cfg.model, cfg.seed, cfg.lr, cfg.batch_size,
+                                           tuple(cfg.hidden), cfg.width, cfg.eval_every)
+            else:
+                self.source = TraceReplay(cfg.trace, cfg.worker if cfg.trace_worker is None
+                                          else cfg.trace_worker, cfg.workers, cfg.iterations)
+        except (ValueError, TraceError) as exc:
+            raise AgentError(str(exc)) from None
+        self.elements = self.source.elements
         if cfg.compress not in ("none", "gradiveq"):
             raise AgentError(f"unknown compression {cfg.compress!r}: none or gradiveq")
         self.gvq = self.schedule = None
         if cfg.compress == "gradiveq":
-            self.gvq = LayeredGradiVeQ([(layer.name, layer.size) for layer in self.trace.layers],
-                                       cfg.gvq_d, cfg.gvq_k)
+            self.gvq = LayeredGradiVeQ(self.source.layers, cfg.gvq_d, cfg.gvq_k)
             self.schedule = GradiVeQSchedule(cfg.gvq_fit_iterations, cfg.gvq_refresh)
             # Exact iterations: 32-bit fixed point, whatever the job's bits.
             self.exact_codec = WorkerCodec(CodecConfig(32, cfg.workers), np.random.default_rng(
@@ -278,7 +282,7 @@ class Agent:
 
         ``predicted`` are the scales of the first P chunks (None: run a warm-up first).
         """
-        grad = self.gradients[i]
+        grad = self.source.gradient(i)
         codec = self.codec_for(i)
         t0 = time.perf_counter()
         compressed = self.gvq is not None and not self.exact_iteration(i)
@@ -297,8 +301,10 @@ class Agent:
         decode_s = time.perf_counter() - t1
         if self.gvq is not None and not compressed:
             self._fit(aggregate, i)
-        exact = self.exact[i]
-        err = float(np.linalg.norm(aggregate - exact) / max(np.linalg.norm(exact), 1e-30))
+        exact = self.source.exact(i)
+        err = (None if exact is None else
+               float(np.linalg.norm(aggregate - exact) / max(np.linalg.norm(exact), 1e-30)))
+        learned = self.source.apply(i, aggregate)
         if self.cfg.record_levels:
             self.levels_record[f"levels_{i}"] = a.levels
             self.levels_record[f"sums_{i}"] = a.sums.astype(np.int64)
@@ -306,7 +312,7 @@ class Agent:
             self.levels_record[f"scale_{i}"] = a.scale
             self.levels_record[f"bits_{i}"] = np.array(codec.fmt.bits)
         self._record_iteration(i, a, values, compressed, end, err, compress_s, decode_s,
-                               codec)
+                               codec, learned)
         return a
 
     def _fit(self, aggregate: np.ndarray, i: int):
@@ -317,11 +323,14 @@ class Agent:
             self.gvq.fit(self.fit_aggregates)
 
     def _record_iteration(self, i: int, a: Aggregated, values, compressed: bool, end: float,
-                          err: float, compress_s: float, decode_s: float, codec: WorkerCodec):
+                          err: float | None, compress_s: float, decode_s: float,
+                          codec: WorkerCodec, learned: dict):
         stats, rtts = a.stats, a.stats.rtts
         gvq = {}
+        exact = self.source.exact(i)
         if self.gvq is not None and self.gvq.fitted:
-            gvq = dict(gvq_projection_error=self.gvq.projection_error(self.exact[i]),
+            gvq = dict(gvq_projection_error=(None if exact is None else
+                                             self.gvq.projection_error(exact)),
                        gvq_energy=self.gvq.energy)
         self._emit(type="iteration", iteration=i, start=stats.first_send, end=end,
                    completion_s=end - stats.first_send, elements=self.elements,
@@ -335,7 +344,7 @@ class Agent:
                    headroom=codec.headroom, bits=codec.fmt.bits, **gvq,
                    rel_error=err, encode_s=a.encode_s + compress_s, decode_s=decode_s,
                    rtt_median_s=float(np.median(rtts)) if rtts else None,
-                   window_mean=stats.window_mean)
+                   window_mean=stats.window_mean, **learned)
 
     def run(self):
         cfg = self.cfg
@@ -343,7 +352,7 @@ class Agent:
             self.ring.connect(timeout=cfg.start_timeout)
         self._emit(type="start", mode=cfg.mode, job_id=cfg.job_id, worker=cfg.worker, bits=cfg.bits,
                    lanes=self.fmt.lanes, lane_width=self.fmt.width, elements=self.elements,
-                   window=self.window, trace=self.trace.name, compress=cfg.compress)
+                   window=self.window, trace=self.source.name, compress=cfg.compress)
         if cfg.start_file:
             deadline = time.monotonic() + cfg.start_timeout
             while not Path(cfg.start_file).exists():

@@ -17,11 +17,12 @@ offline evaluation (``hosts/evaluate.py``), so both measure the same compression
   dropped is added to the next one; rounding is then to nearest, since stochastic
   rounding with error feedback diverges at b = 2.
 * **Predicted scales**: the first P chunks of an iteration use the previous
-  iteration's maxima plus a headroom, in steps of the rule's code; the headroom
-  adapts: one step up after an iteration where a predicted scale fell short of its
-  chunk's true maximum, one step down after ``CALM_ITERATIONS`` iterations where
-  none did. Every worker learns the true maxima from the same results, so all
-  workers adapt alike and keep using the same scales.
+  iteration's maxima plus a headroom, in steps of the rule's code, starting at
+  ``start_headroom``; it adapts: one step up after an iteration where more than
+  ``short_target`` of the predicted scales fell short of their chunk's true maximum,
+  one step down where fewer than half that share did. Every worker learns the true
+  maxima from the same results, so all workers adapt alike and keep using the same
+  scales.
 """
 
 from __future__ import annotations
@@ -34,9 +35,19 @@ from .lanes import LaneFormat
 from .quantize import SIGN_MEAN, Quantizer, ScaleRule, scale_rule
 
 QUANTIZERS = ("maxpow2", "maxfine", "qsgd")
-DEFAULT_HEADROOM_OCTAVES = 1  # predicted scales x2 for b <= 8
-DEFAULT_HEADROOM_OCTAVES_32 = 8  # x256 for the 32-bit fixed point
-CALM_ITERATIONS = 3  # iterations without clipping before the headroom shrinks a step
+
+
+
+def start_headroom(bits: int) -> int:
+    """Octaves added to predicted scales at first: none at b <= 4, where clipping a
+    few values costs less than a coarser scale for all; one at b = 5..8; eight for
+    the 32-bit fixed point, which has bits to spare (docs/compression.md measures)."""
+    return 0 if bits <= 4 else 1 if bits <= 8 else 8
+
+
+def short_target(bits: int) -> float:
+    """The share of predicted scales allowed to fall short of their chunk's maximum."""
+    return 0.5 if bits <= 4 else 0.1
 
 
 @dataclass(frozen=True)
@@ -67,10 +78,9 @@ class WorkerCodec:
         self.error_feedback = cfg.error_feedback or self.sign
         stochastic = cfg.bits != 32 and not self.error_feedback
         self.quantizer = Quantizer(self.fmt, rng, stochastic=stochastic, rule=self.rule)
-        octaves = DEFAULT_HEADROOM_OCTAVES_32 if cfg.bits == 32 else DEFAULT_HEADROOM_OCTAVES
-        self.adaptive = cfg.headroom is None
+        octaves = 0 if self.sign else start_headroom(cfg.bits)  # a sign's scale bounds nothing
+        self.adaptive = cfg.headroom is None and not self.sign
         self.headroom = octaves * self.rule.steps if cfg.headroom is None else cfg.headroom
-        self._calm = 0
         self.residual: np.ndarray | None = None
 
     # -- before the exchange --------------------------------------------------------
@@ -115,15 +125,12 @@ class WorkerCodec:
         every prediction gets the headroom, which first adapts to ``short`` (how many
         of this iteration's predicted scales fell below their chunk's true maximum,
         which every worker of the job knows alike)."""
-        if self.adaptive:
-            if short:
+        if self.adaptive and len(agreed):
+            share, target = short / len(agreed), short_target(self.cfg.bits)
+            if share > target:
                 self.headroom += 1
-                self._calm = 0
-            else:
-                self._calm += 1
-                if self._calm >= CALM_ITERATIONS and self.headroom > 0:
-                    self.headroom -= 1
-                    self._calm = 0
+            elif share < target / 2 and self.headroom > 0:
+                self.headroom -= 1
         base = np.where(agreed <= self.rule.code_min, top, agreed.astype(np.int16))
         return np.clip(base + self.headroom, self.rule.code_min,
                        self.rule.code_max).astype(np.int8)

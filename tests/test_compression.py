@@ -125,15 +125,33 @@ def test_signs_with_error_feedback_track_the_gradient():
     assert np.linalg.norm(total - exact) / np.linalg.norm(exact) < 0.2
 
 
-def test_headroom_grows_after_a_short_prediction_and_shrinks_when_calm():
-    (c,) = codecs(4, 1)
-    start = c.headroom
-    agreed = np.array([3, 5], dtype=np.int8)
-    assert c.predict(agreed, 5, short=0).tolist() == [3 + start, 5 + start]
-    c.predict(agreed, 5, short=12)
-    assert c.headroom == start + 1
-    for _ in range(3):
-        c.predict(agreed, 5, short=0)
-    assert c.headroom == start
-    zero = np.array([c.rule.code_min], dtype=np.int8)  # an all-zero chunk: the largest
-    assert c.predict(zero, 5, 0).tolist() == [5 + c.headroom]
+def test_headroom_follows_the_share_of_short_predictions():
+    (c4,) = codecs(4, 1)
+    (c8,) = codecs(8, 1)
+    assert (c4.headroom, c8.headroom) == (0, 1)  # start: none at b <= 4, an octave above
+    agreed = np.array([3, 5, 4, 4], dtype=np.int8)
+    assert c4.predict(agreed, 5, short=0).tolist() == [3, 5, 4, 4]
+    c4.predict(agreed, 5, short=3)  # 3 of 4 fell short: more than half
+    assert c4.headroom == 1
+    c4.predict(agreed, 5, short=2)  # half: stays
+    assert c4.headroom == 1
+    c4.predict(agreed, 5, short=0)  # well below: a step down
+    assert c4.headroom == 0
+    c8.predict(agreed, 5, short=1)  # b = 8 allows a tenth
+    assert c8.headroom == 2
+    zero = np.array([c4.rule.code_min], dtype=np.int8)  # an all-zero chunk: the largest
+    assert c4.predict(zero, 5, 0).tolist() == [5 + c4.headroom]
+    (sign,) = codecs(1, 1)
+    assert sign.headroom == 0 and not sign.adaptive
+
+
+def test_workers_training_from_the_same_aggregates_keep_the_same_model():
+    from qaina_bench.hosts.sources import LiveTraining
+    workers = [LiveTraining(k, 4, 5, "mlp", 0, 0.3, 16, (16,), 24, 5) for k in range(4)]
+    for i in range(5):
+        grads = [w.gradient(i) for w in workers]
+        total = np.sum(grads, axis=0)
+        records = [w.apply(i, total) for w in workers]
+    params = [w.job.params for w in workers]
+    assert all(np.array_equal(p, params[0]) for p in params)
+    assert "test_accuracy" in records[0] and "test_accuracy" not in records[1]

@@ -268,3 +268,22 @@ def test_forged_results_from_another_host_are_refused_and_reported(tmp_path):
     assert job1["rel_error_max"] < 0.1
     assert job1["refused"] > 0 and summary["validity"]["refused_packets"] == job1["refused"]
     assert any("refused" in w for w in summary["validity"]["warnings"])
+
+
+def test_closed_loop_training_learns_from_the_aggregates(tmp_path):
+    """--train: the agents train the digits MLP from what the switch sums; the
+    aggregates are exact in the integer domain, and the model learns."""
+    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[8],
+                                 train=True, iterations=20, eval_every=10,
+                                 target_accuracy=0.5)
+    assert summary["complete"], summary["errors"]
+    check_exact_aggregates(directory, summary)
+    job = summary["jobs"][0]
+    assert job["rel_error_mean"] is None  # no trace: no exact sum to compare with
+    curve = job["accuracy_curve"]
+    assert [p["iteration"] for p in curve] == [10, 20]
+    assert job["final_test_accuracy"] > 0.5 and job["iterations_to_target"] in (10, 20)
+    assert summary["train"]["model"] == "mlp" and summary["trace"] is None
+    rows = list(csv.DictReader(open(directory / "iterations.csv")))
+    assert all(r["train_loss"] for r in rows)
+    assert {r["worker"] for r in rows if r["test_accuracy"]} == {"0"}
