@@ -158,6 +158,11 @@ class RunConfig:
                               f"{', '.join(QUANTIZERS)}")
         if self.bucket < 1:
             raise ConfigError(f"--bucket {self.bucket}: QSGD buckets hold at least one element")
+        if self.quantizer == "qsgd" and self.error_feedback and 2 in self.job_bits():
+            raise ConfigError("--quantizer qsgd --error-feedback at b = 2 would send nothing: "
+                              "values are a small share of their bucket's norm, and error "
+                              "feedback's nearest rounding takes them all to level 0; use "
+                              "maxpow2 or maxfine, or b >= 4")
         if self.compress not in ("none", "gradiveq"):
             raise ConfigError(f"--compress {self.compress!r}: use none or gradiveq")
         if not 1 <= self.gvq_k <= self.gvq_d:

@@ -170,3 +170,19 @@ def test_one_broken_result_set_does_not_break_the_listing(tmp_path):
     assert lines["broken-run"].startswith("? (")
     code, out = run_cli("results", "show", str(broken))
     assert code != 0 and "unreadable" in out and "Traceback" not in out
+
+
+def test_qsgd_with_error_feedback_at_two_bits_is_refused():
+    with pytest.raises(ConfigError, match="would send nothing"):
+        RunConfig(bits=[2], quantizer="qsgd", error_feedback=True).check()
+
+
+def test_eval_compression_prints_a_row_per_scheme():
+    code, out = run_cli("eval", "compression", "--workers", "4", "--bits", "4",
+                        "--quantizers", "maxpow2,qsgd", "--seeds", "1",
+                        "--train-iterations", "5", "--no-extras")
+    assert code == 0, out
+    rows = [line for line in out.splitlines() if line.startswith("| b=")]
+    assert [r.split("|")[1].strip() for r in rows] == [
+        "b=4 maxpow2", "b=4 maxpow2 EF", "b=4 qsgd", "b=4 qsgd EF"]
+    assert "fp32, exact sum" in out
