@@ -44,85 +44,91 @@ def main():
     """Testbed for quantization-aware in-network aggregation (QAINA) of gradients."""
 
 
+_RUN_OPTIONS = [
+    click.option("--topo", type=click.Choice(["star", "dumbbell", "leafspine"]),
+                 default=DEFAULTS.topo, show_default=True, help="topology"),
+    click.option("--target", type=click.Choice(["embedded", "bmv2"]),
+                 default=DEFAULTS.target, show_default=True, help="switch program"),
+    click.option("--jobs", type=int, default=DEFAULTS.jobs, show_default=True),
+    click.option("--workers", type=int, default=DEFAULTS.workers, show_default=True,
+                 help="workers per job"),
+    click.option("--bits", type=BitsType(), default="4", show_default=True,
+                 help="quantization bits (1..8 or 32), one for all jobs or one per job"),
+    click.option("--iterations", type=int, default=DEFAULTS.iterations, show_default=True),
+    click.option("--slots", type=int, default=DEFAULTS.slots, show_default=True,
+                 help="aggregator slots per job (the window)"),
+    click.option("--trace", default=DEFAULTS.trace, show_default=True,
+                 help="gradient trace set (see `traces list`)"),
+    click.option("--trace-dir", "trace_dirs", multiple=True, type=click.Path(),
+                 help="also look for trace sets here (before the bundled ones)"),
+    click.option("--bw", type=float, help="link bandwidth, Mbit/s"),
+    click.option("--delay", help="link delay, e.g. 0.5ms"),
+    click.option("--loss", type=float, help="link loss, percent"),
+    click.option("--spines", type=int, default=DEFAULTS.spines, show_default=True),
+    click.option("--leaves", type=int, default=DEFAULTS.leaves, show_default=True),
+    click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True),
+    click.option("--results-dir", type=click.Path(), default=DEFAULTS.results_dir,
+                 show_default=True),
+    click.option("--run-id", help="name of the result set (default: time and setup)"),
+    click.option("--timeout", type=float, default=DEFAULTS.timeout, show_default=True,
+                 help="seconds before the run is stopped"),
+    click.option("--mode", type=click.Choice(["ina", "ring"]), default="ina",
+                 show_default=True, help="ina: aggregate in the switch; ring: host-based "
+                 "ring all-reduce over the same fabric (baseline)"),
+]
+
+_COMPRESSION_OPTIONS = [
+    click.option("--compress", type=click.Choice(["none", "gradiveq"]), default="none",
+                 show_default=True, help="GradiVeQ: aggregate per-layer PCA coefficients "
+                 "after --gvq-fit exact iterations"),
+    click.option("--gvq-d", type=int, default=DEFAULTS.gvq_d, show_default=True,
+                 help="GradiVeQ slice length"),
+    click.option("--gvq-k", type=int, default=DEFAULTS.gvq_k, show_default=True,
+                 help="GradiVeQ coefficients per slice"),
+    click.option("--gvq-fit", type=int, default=DEFAULTS.gvq_fit, show_default=True,
+                 help="GradiVeQ: exact iterations the per-layer bases are fitted on"),
+    click.option("--gvq-refresh", type=int, default=DEFAULTS.gvq_refresh,
+                 show_default=True, help="GradiVeQ: refresh the bases with an exact "
+                 "iteration after every R compressed ones (0: never)"),
+    click.option("--train", is_flag=True,
+                 help="closed loop: the agents train --model on the digits from the "
+                 "aggregates they receive (instead of replaying --trace)"),
+    click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]),
+                 default=DEFAULTS.model, show_default=True,
+                 help="--train: the model (cnn and resnet need PyTorch)"),
+    click.option("--lr", type=float, default=DEFAULTS.lr, show_default=True,
+                 help="--train: SGD learning rate"),
+    click.option("--batch-size", type=int, default=DEFAULTS.batch_size,
+                 show_default=True, help="--train: minibatch per worker"),
+    click.option("--hidden", type=IntList("layer size", "SIZES"), default="64,32",
+                 show_default=True,
+                 help="--train: mlp hidden layer sizes"),
+    click.option("--width", type=int, default=DEFAULTS.width, show_default=True,
+                 help="--train: resnet width"),
+    click.option("--eval-every", type=int, default=DEFAULTS.eval_every,
+                 show_default=True, help="--train: iterations between test accuracies"),
+    click.option("--target-accuracy", type=float, default=DEFAULTS.target_accuracy,
+                 show_default=True, help="--train: the summary says when it was reached"),
+    click.option("--quantizer", type=click.Choice(["maxpow2", "maxfine", "qsgd"]),
+                 default="maxpow2", show_default=True,
+                 help="scale rule: power of two at the chunk maximum, the same in "
+                 "quarter octaves, or QSGD's L2 norm per bucket (b = 1: scaled signs)"),
+    click.option("--bucket", type=int, default=DEFAULTS.bucket, show_default=True,
+                 help="qsgd: elements sharing one norm"),
+    click.option("--error-feedback", is_flag=True,
+                 help="add what quantization dropped to the next iteration (always on "
+                 "at b = 1; rounds to nearest)"),
+    click.option("--record-levels", is_flag=True,
+                 help="agents keep their levels and the received sums (for checks)"),
+    click.option("--switch-log", is_flag=True,
+                 help="BMv2 logs every packet to logs/<switch>.bmv2 (slows BMv2 down "
+                 "several times: for debugging, not for measurements)"),
+]
+
+
 def run_options(f):
-    opts = [
-        click.option("--topo", type=click.Choice(["star", "dumbbell", "leafspine"]),
-                     default=DEFAULTS.topo, show_default=True, help="topology"),
-        click.option("--target", type=click.Choice(["embedded", "bmv2"]),
-                     default=DEFAULTS.target, show_default=True, help="switch program"),
-        click.option("--jobs", type=int, default=DEFAULTS.jobs, show_default=True),
-        click.option("--workers", type=int, default=DEFAULTS.workers, show_default=True,
-                     help="workers per job"),
-        click.option("--bits", type=BitsType(), default="4", show_default=True,
-                     help="quantization bits (1..8 or 32), one for all jobs or one per job"),
-        click.option("--iterations", type=int, default=DEFAULTS.iterations, show_default=True),
-        click.option("--slots", type=int, default=DEFAULTS.slots, show_default=True,
-                     help="aggregator slots per job (the window)"),
-        click.option("--trace", default=DEFAULTS.trace, show_default=True,
-                     help="gradient trace set (see `traces list`)"),
-        click.option("--trace-dir", "trace_dirs", multiple=True, type=click.Path(),
-                     help="also look for trace sets here (before the bundled ones)"),
-        click.option("--bw", type=float, help="link bandwidth, Mbit/s"),
-        click.option("--delay", help="link delay, e.g. 0.5ms"),
-        click.option("--loss", type=float, help="link loss, percent"),
-        click.option("--spines", type=int, default=DEFAULTS.spines, show_default=True),
-        click.option("--leaves", type=int, default=DEFAULTS.leaves, show_default=True),
-        click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True),
-        click.option("--results-dir", type=click.Path(), default=DEFAULTS.results_dir,
-                     show_default=True),
-        click.option("--run-id", help="name of the result set (default: time and setup)"),
-        click.option("--timeout", type=float, default=DEFAULTS.timeout, show_default=True,
-                     help="seconds before the run is stopped"),
-        click.option("--mode", type=click.Choice(["ina", "ring"]), default="ina",
-                     show_default=True, help="ina: aggregate in the switch; ring: host-based "
-                     "ring all-reduce over the same fabric (baseline)"),
-        click.option("--compress", type=click.Choice(["none", "gradiveq"]), default="none",
-                     show_default=True, help="GradiVeQ: aggregate PCA coefficients from "
-                     "iteration 1 on"),
-        click.option("--gvq-d", type=int, default=DEFAULTS.gvq_d, show_default=True,
-                     help="GradiVeQ slice length"),
-        click.option("--gvq-k", type=int, default=DEFAULTS.gvq_k, show_default=True,
-                     help="GradiVeQ coefficients per slice"),
-        click.option("--gvq-fit", type=int, default=DEFAULTS.gvq_fit, show_default=True,
-                     help="GradiVeQ: exact iterations the per-layer bases are fitted on"),
-        click.option("--gvq-refresh", type=int, default=DEFAULTS.gvq_refresh,
-                     show_default=True, help="GradiVeQ: refresh the bases with an exact "
-                     "iteration after every R compressed ones (0: never)"),
-        click.option("--train", is_flag=True,
-                     help="closed loop: the agents train --model on the digits from the "
-                     "aggregates they receive (instead of replaying --trace)"),
-        click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]),
-                     default=DEFAULTS.model, show_default=True,
-                     help="--train: the model (cnn and resnet need PyTorch)"),
-        click.option("--lr", type=float, default=DEFAULTS.lr, show_default=True,
-                     help="--train: SGD learning rate"),
-        click.option("--batch-size", type=int, default=DEFAULTS.batch_size,
-                     show_default=True, help="--train: minibatch per worker"),
-        click.option("--hidden", type=IntList("layer size", "SIZES"), default="64,32",
-                     show_default=True,
-                     help="--train: mlp hidden layer sizes"),
-        click.option("--width", type=int, default=DEFAULTS.width, show_default=True,
-                     help="--train: resnet width"),
-        click.option("--eval-every", type=int, default=DEFAULTS.eval_every,
-                     show_default=True, help="--train: iterations between test accuracies"),
-        click.option("--target-accuracy", type=float, default=DEFAULTS.target_accuracy,
-                     show_default=True, help="--train: the summary says when it was reached"),
-        click.option("--quantizer", type=click.Choice(["maxpow2", "maxfine", "qsgd"]),
-                     default="maxpow2", show_default=True,
-                     help="scale rule: power of two at the chunk maximum, the same in "
-                     "quarter octaves, or QSGD's L2 norm per bucket (b = 1: scaled signs)"),
-        click.option("--bucket", type=int, default=DEFAULTS.bucket, show_default=True,
-                     help="qsgd: elements sharing one norm"),
-        click.option("--error-feedback", is_flag=True,
-                     help="add what quantization dropped to the next iteration (always on "
-                     "at b = 1; rounds to nearest)"),
-        click.option("--record-levels", is_flag=True,
-                     help="agents keep their levels and the received sums (for checks)"),
-        click.option("--switch-log", is_flag=True,
-                     help="BMv2 logs every packet to logs/<switch>.bmv2 (slows BMv2 down "
-                     "several times: for debugging, not for measurements)"),
-    ]
-    for opt in reversed(opts):
+    """The options of a run, for ``up``."""
+    for opt in reversed(_RUN_OPTIONS + _COMPRESSION_OPTIONS):
         f = opt(f)
     return f
 

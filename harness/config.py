@@ -153,6 +153,28 @@ class RunConfig:
             raise ConfigError("a leaf-spine needs --spines >= 1 and --leaves >= 1")
         if self.mode not in ("ina", "ring"):
             raise ConfigError(f"--mode {self.mode!r}: use ina or ring")
+        self.check_compression()
+        if self.sample_interval <= 0 or self.timeout <= 0:
+            raise ConfigError("--sample-interval and --timeout must be positive")
+        if self.train:
+            self.check_training()
+            return None
+        try:
+            trace = TraceSet.open(find_trace(self.trace, self.trace_dirs or None))
+        except TraceError as exc:
+            raise ConfigError(f"trace {self.trace!r}: {exc} "
+                              "(see `qaina-bench traces list`)") from None
+        if self.workers > trace.workers:
+            raise ConfigError(f"trace {trace.name} has {trace.workers} workers, "
+                              f"--workers {self.workers} needs as many; record a larger set "
+                              "with `qaina-bench traces record`")
+        if self.iterations > trace.iterations:
+            raise ConfigError(f"trace {trace.name} has {trace.iterations} iterations, "
+                              f"--iterations {self.iterations} asks for more")
+        return trace
+
+
+    def check_compression(self):
         if self.quantizer not in QUANTIZERS:
             raise ConfigError(f"--quantizer {self.quantizer!r}: use one of "
                               f"{', '.join(QUANTIZERS)}")
@@ -174,25 +196,6 @@ class RunConfig:
             raise ConfigError(f"--compress gradiveq fits its bases on the first {self.gvq_fit} "
                               f"iteration(s) and compresses after them: use --iterations "
                               f"{self.gvq_fit + 1} or more")
-        if self.sample_interval <= 0 or self.timeout <= 0:
-            raise ConfigError("--sample-interval and --timeout must be positive")
-        if self.train:
-            self.check_training()
-            return None
-        try:
-            trace = TraceSet.open(find_trace(self.trace, self.trace_dirs or None))
-        except TraceError as exc:
-            raise ConfigError(f"trace {self.trace!r}: {exc} "
-                              "(see `qaina-bench traces list`)") from None
-        if self.workers > trace.workers:
-            raise ConfigError(f"trace {trace.name} has {trace.workers} workers, "
-                              f"--workers {self.workers} needs as many; record a larger set "
-                              "with `qaina-bench traces record`")
-        if self.iterations > trace.iterations:
-            raise ConfigError(f"trace {trace.name} has {trace.iterations} iterations, "
-                              f"--iterations {self.iterations} asks for more")
-        return trace
-
 
     def check_training(self):
         from ..hosts.models import MODELS
