@@ -121,7 +121,7 @@ _COMPRESSION_OPTIONS = [
     click.option("--record-levels", is_flag=True,
                  help="agents keep their levels and the received sums (for checks)"),
     click.option("--switch-log", is_flag=True,
-                 help="BMv2 logs every packet to logs/<switch>.bmv2 (slows BMv2 down "
+                 help="BMv2 logs every packet to logs/<switch>.bmv2.txt (slows BMv2 down "
                  "several times: for debugging, not for measurements)"),
 ]
 
