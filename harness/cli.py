@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..p4.header import PAYLOAD_WORDS
 from .config import ConfigError, RunConfig, check_system
 
 DEFAULTS = RunConfig()
@@ -57,6 +58,8 @@ _RUN_OPTIONS = [
     click.option("--iterations", type=int, default=DEFAULTS.iterations, show_default=True),
     click.option("--slots", type=int, default=DEFAULTS.slots, show_default=True,
                  help="aggregator slots per job (the window)"),
+    click.option("--pool-slots", type=int, default=DEFAULTS.pool_slots, show_default=True,
+                 help="slots of the switch's pool the jobs share (a smaller switch)"),
     click.option("--trace", default=DEFAULTS.trace, show_default=True,
                  help="gradient trace set (see `traces list`)"),
     click.option("--trace-dir", "trace_dirs", multiple=True, type=click.Path(),
@@ -72,9 +75,15 @@ _RUN_OPTIONS = [
     click.option("--run-id", help="name of the result set (default: time and setup)"),
     click.option("--timeout", type=float, default=DEFAULTS.timeout, show_default=True,
                  help="seconds before the run is stopped"),
-    click.option("--mode", type=click.Choice(["ina", "ring"]), default="ina",
-                 show_default=True, help="ina: aggregate in the switch; ring: host-based "
-                 "ring all-reduce over the same fabric (baseline)"),
+    click.option("--mode", type=click.Choice(["ina", "ring", "ps"]), default="ina",
+                 show_default=True, help="ina: aggregate in the switch; baselines over the "
+                 "same fabric: ring (host ring all-reduce), ps (a parameter server host "
+                 "per job sums)"),
+    click.option("--payload-words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
+                 default=str(DEFAULTS.payload_words), show_default=True,
+                 help="32-bit words per aggregation packet: which qaina.p4 build runs"),
+    click.option("--no-pack", "pack", flag_value=False, default=True,
+                 help="one value per register word (the baseline that isolates packing)"),
 ]
 
 _COMPRESSION_OPTIONS = [
@@ -109,10 +118,11 @@ _COMPRESSION_OPTIONS = [
                  show_default=True, help="--train: iterations between test accuracies"),
     click.option("--target-accuracy", type=float, default=DEFAULTS.target_accuracy,
                  show_default=True, help="--train: the summary says when it was reached"),
-    click.option("--quantizer", type=click.Choice(["maxpow2", "maxfine", "qsgd"]),
+    click.option("--quantizer", type=click.Choice(["maxpow2", "maxfine", "qsgd", "none"]),
                  default="maxpow2", show_default=True,
                  help="scale rule: power of two at the chunk maximum, the same in "
-                 "quarter octaves, or QSGD's L2 norm per bucket (b = 1: scaled signs)"),
+                 "quarter octaves, or QSGD's L2 norm per bucket (b = 1: scaled signs); "
+                 "none: float32 sums (--mode ring or ps, --bits 32)"),
     click.option("--bucket", type=int, default=DEFAULTS.bucket, show_default=True,
                  help="qsgd: elements sharing one norm"),
     click.option("--error-feedback", is_flag=True,
@@ -159,6 +169,7 @@ def execute(cfg: RunConfig) -> dict:
 def up(**opts):
     """Build the network, run the jobs, measure, tear down, summarise."""
     opts["trace_dirs"] = list(opts["trace_dirs"])
+    opts["payload_words"] = int(opts["payload_words"])
     execute(RunConfig(**opts))
 
 

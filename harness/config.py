@@ -23,11 +23,23 @@ from ..hosts.lanes import BIT_WIDTHS, LaneError, LaneFormat
 from ..hosts.traces import TraceError, find_trace, TraceSet
 from ..topologies import TOPOLOGIES
 from ..p4.constants import MAX_JOBS, POOL_SLOTS
+from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
 from .targets import TARGETS, bmv2_missing, toolchain
+
+
+MODES = ("ina", "ring", "ps")
 
 
 class ConfigError(ValueError):
     """A run configuration that cannot work; the message says how to fix it."""
+
+
+class PoolError(ConfigError):
+    """The jobs ask for more aggregator slots than the run's pool holds."""
+
+
+class TraceMissing(ConfigError):
+    """The trace set cannot be found or opened (every other option checked out)."""
 
 
 @dataclass
@@ -54,7 +66,7 @@ class RunConfig:
     timeout: float = 300.0
     record_levels: bool = False
     switch_log: bool = False  # BMv2: log every packet (slows it down several times)
-    mode: str = "ina"  # or "ring": host-based ring all-reduce over the same fabric
+    mode: str = "ina"  # or "ring" / "ps": host-based baselines over the same fabric
     compress: str = "none"  # or "gradiveq"
     gvq_d: int = 64
     gvq_k: int = 8
@@ -71,6 +83,9 @@ class RunConfig:
     quantizer: str = "maxpow2"  # maxpow2, maxfine or qsgd (hosts/compression.py)
     bucket: int = 512  # qsgd: elements per norm
     error_feedback: bool = False  # always on at b = 1
+    payload_words: int = QAINA_WORDS  # words per packet: which qaina.p4 build the switches run
+    pack: bool = True  # False: one value per register (isolates packing; b < 32)
+    pool_slots: int = POOL_SLOTS  # slots of the switch's pool the jobs may share
 
     # -- io ----------------------------------------------------------------------------
     @classmethod
@@ -142,17 +157,26 @@ class RunConfig:
                 raise ConfigError(f"--bits {b} --workers {self.workers}: {exc}") from None
         if self.iterations < 1:
             raise ConfigError("--iterations must be at least 1")
-        if self.slots < 1 or self.slots * self.jobs > POOL_SLOTS:
-            raise ConfigError(f"--slots {self.slots} x {self.jobs} jobs must fit the switch's "
-                              f"pool of {POOL_SLOTS} slots")
+        if not 1 <= self.pool_slots <= POOL_SLOTS:
+            raise ConfigError(f"--pool-slots {self.pool_slots}: the switch's pool has 1.."
+                              f"{POOL_SLOTS} slots")
+        if self.slots < 1:
+            raise ConfigError(f"--slots {self.slots}: a job needs at least one slot")
+        if self.mode == "ina" and self.slots * self.jobs > self.pool_slots:
+            raise PoolError(f"--slots {self.slots} x {self.jobs} jobs do not fit a pool of "
+                            f"{self.pool_slots} slots: use fewer jobs or slots, or a larger "
+                            "--pool-slots")
         if self.loss is not None and not 0 <= self.loss < 100:
             raise ConfigError(f"--loss {self.loss}: a percentage in [0, 100)")
         if self.bw is not None and self.bw <= 0:
             raise ConfigError(f"--bw {self.bw}: link bandwidth in Mbit/s must be positive")
         if self.topo == "leafspine" and (self.spines < 1 or self.leaves < 1):
             raise ConfigError("a leaf-spine needs --spines >= 1 and --leaves >= 1")
-        if self.mode not in ("ina", "ring"):
-            raise ConfigError(f"--mode {self.mode!r}: use ina or ring")
+        if self.mode not in MODES:
+            raise ConfigError(f"--mode {self.mode!r}: use one of {', '.join(MODES)}")
+        if self.payload_words not in PAYLOAD_WORDS:
+            raise ConfigError(f"--payload-words {self.payload_words}: qaina.p4 is built for "
+                              f"{', '.join(map(str, PAYLOAD_WORDS))} words per packet")
         self.check_compression()
         if self.sample_interval <= 0 or self.timeout <= 0:
             raise ConfigError("--sample-interval and --timeout must be positive")
@@ -162,7 +186,7 @@ class RunConfig:
         try:
             trace = TraceSet.open(find_trace(self.trace, self.trace_dirs or None))
         except TraceError as exc:
-            raise ConfigError(f"trace {self.trace!r}: {exc} "
+            raise TraceMissing(f"trace {self.trace!r}: {exc} "
                               "(see `qaina-bench traces list`)") from None
         if self.workers > trace.workers:
             raise ConfigError(f"trace {trace.name} has {trace.workers} workers, "
@@ -175,9 +199,12 @@ class RunConfig:
 
 
     def check_compression(self):
-        if self.quantizer not in QUANTIZERS:
+        if self.quantizer not in QUANTIZERS + ("none",):
             raise ConfigError(f"--quantizer {self.quantizer!r}: use one of "
-                              f"{', '.join(QUANTIZERS)}")
+                              f"{', '.join(QUANTIZERS)} or none")
+        if self.quantizer == "none" and (self.mode == "ina" or set(self.job_bits()) != {32}):
+            raise ConfigError("--quantizer none sums float32 values on the hosts: use it with "
+                              "--mode ring or ps and --bits 32 (the switch sums integers)")
         if self.bucket < 1:
             raise ConfigError(f"--bucket {self.bucket}: QSGD buckets hold at least one element")
         if self.quantizer == "qsgd" and self.error_feedback and 2 in self.job_bits():

@@ -270,11 +270,11 @@ class SwitchConnection:
         self._write(f"multicast group {group}", [u])
 
     # -- reads -------------------------------------------------------------------------
-    def _read(self, what: str, entity) -> list:
+    def _read(self, what: str, entity, timeout: float = 10.0) -> list:
         req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
         req.entities.add().CopyFrom(entity)
         try:
-            return [e for resp in self.stub.Read(req, timeout=10) for e in resp.entities]
+            return [e for resp in self.stub.Read(req, timeout=timeout) for e in resp.entities]
         except grpc.RpcError as exc:
             raise ControlError(f"{self.name}: read {what}: {_describe(exc)}") from None
 
@@ -329,7 +329,8 @@ class SwitchConnection:
         if index is not None:
             entity.register_entry.index.index = index
         return {e.register_entry.index.index: decode(e.register_entry.data.bitstring)
-                for e in self._read(f"register {name}", entity)}
+                # a whole agg_sum is 65 Ki..512 Ki cells: pure-Python protobuf is slow
+                for e in self._read(f"register {name}", entity, timeout=120.0)}
 
     def read_table(self, name: str) -> list:
         entity = p4runtime_pb2.Entity()

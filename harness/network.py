@@ -19,13 +19,14 @@ from mininet.link import TCLink
 from mininet.net import Mininet
 from mininet.node import Switch
 
+from ..p4 import program
+from ..p4.header import QAINA_WORDS
 from .control import SwitchConnection
 from .linkloss import apply_loss, remove_table
 from .jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_int, mac_to_int,
                    program_aggregator, program_job)
 from .record import RunRecord
 from .targets import make_target
-
 
 
 def free_port() -> int:
@@ -46,9 +47,10 @@ class QainaSwitch(Switch):
     """A Mininet switch running ``qaina.p4`` on ``target`` ("embedded" or "bmv2")."""
 
     def __init__(self, name, target="embedded", device_id=1, log_dir=".", record=None,
-                 log_packets=False, **params):
+                 log_packets=False, words=QAINA_WORDS, **params):
         Switch.__init__(self, name, dpid=f"{device_id:x}", **params)
         self.target_kind = target
+        self.words = words
         self.log_packets = log_packets
         self.device_id = device_id
         self.log_dir = Path(log_dir)
@@ -64,7 +66,8 @@ class QainaSwitch(Switch):
         grpc_port, thrift_port = free_port(), free_port()
         self.target = make_target(self.target_kind, self.name, interfaces, grpc_port,
                                   self.device_id, self.log_dir / f"{self.name}.log",
-                                  thrift_port=thrift_port, log_packets=self.log_packets)
+                                  thrift_port=thrift_port, log_packets=self.log_packets,
+                                  words=self.words)
         if self.record is not None:
             self.record.add_port(grpc_port, f"P4Runtime of {self.name}")
             if self.target_kind == "bmv2":
@@ -83,8 +86,10 @@ class Testbed:
     """A running topology whose switches are programmed over P4Runtime."""
 
     def __init__(self, topo, target: str, log_dir: Path, record: RunRecord,
-                 nft_loss: float | None = None, log_packets: bool = False):
+                 nft_loss: float | None = None, log_packets: bool = False,
+                 words: int = QAINA_WORDS):
         self.topo = topo
+        self.words = words  # payload words of the qaina.p4 build every switch runs
         self.log_packets = log_packets
         self.nft_loss = nft_loss  # percent, applied with nftables (kernel without netem)
         self.loss_table = f"qaina_loss_{os.getpid()}"
@@ -98,7 +103,7 @@ class Testbed:
     # -- bring-up ----------------------------------------------------------------------
     def start(self, ready_timeout: float = 30.0):
         switch = partial(QainaSwitch, target=self.target, log_dir=self.log_dir,
-                         record=self.record, log_packets=self.log_packets)
+                         record=self.record, log_packets=self.log_packets, words=self.words)
         self.net = Mininet(topo=self.topo, switch=switch, link=TCLink, controller=None,
                            build=False, autoSetMacs=False)
         self.net.build()  # hosts, switches (each with its device id) and links
@@ -130,6 +135,7 @@ class Testbed:
     def _connect(self, timeout: float):
         for sw in self.net.switches:
             conn = SwitchConnection(sw.name, sw.target.grpc_addr, sw.device_id,
+                                    p4info=program.p4info(self.words),
                                     log_path=self.log_dir / f"p4runtime-{sw.name}.log")
             self.conns[sw.name] = conn
             sw.target.wait_ready(conn, timeout)

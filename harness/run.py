@@ -21,6 +21,8 @@ from pathlib import Path
 
 from ..hosts.agent import AgentConfig
 from ..hosts.lanes import LaneFormat
+from ..hosts.ps import PS_PORT
+from ..p4.header import QAINA_WORDS
 from ..hosts.traces import find_trace
 from .resultset import ResultWriter
 from .summary import summarise
@@ -119,6 +121,10 @@ def new_run_id(cfg: RunConfig) -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     parts = [stamp, cfg.topo, cfg.mode,
              f"j{cfg.jobs}w{cfg.workers}b{'-'.join(str(b) for b in cfg.bits)}"]
+    if not cfg.pack:
+        parts.append("unpacked")
+    if cfg.payload_words != QAINA_WORDS:
+        parts.append(f"pw{cfg.payload_words}")
     if cfg.quantizer != "maxpow2":
         parts.append(cfg.quantizer)
     if cfg.error_feedback:
@@ -137,7 +143,7 @@ def new_run_id(cfg: RunConfig) -> str:
 
 def build_topology(cfg: RunConfig, netem: bool = True):
     """The run's topology; without netem, loss is left to nftables (see linkloss)."""
-    hosts = cfg.jobs * cfg.workers
+    hosts = cfg.jobs * cfg.workers + (cfg.jobs if cfg.mode == "ps" else 0)
     link = LinkParams(cfg.bw, cfg.delay, cfg.loss if netem else None)
     return TOPOLOGIES[cfg.topo](hosts=hosts, link=link, spines=cfg.spines, leaves=cfg.leaves)
 
@@ -196,6 +202,8 @@ class Run:
         self.record = RunRecord(cfg.run_id)
         self.testbed: Testbed | None = None
         self.agents: list[AgentProcess] = []
+        self.servers: list[str] = []  # --mode ps: each job's server host
+        self.server_procs: list[tuple] = []  # (name, popen, log) of the parameter servers
         self.jobs: list[Job] = []
         self.status = "starting"
         self.switch_program: dict = {"target": cfg.target}  # what ran the switches
@@ -236,31 +244,39 @@ class Run:
         if nft_loss:
             self.echo(f"  link loss {cfg.loss}% per direction by nftables (no netem here)")
         self.testbed = Testbed(topo, cfg.target, self.writer.log_dir, self.record, nft_loss,
-                               log_packets=cfg.switch_log)
+                               log_packets=cfg.switch_log, words=cfg.payload_words)
         with deferred_signals():
             self.testbed.start()
         self.switch_program = self.testbed.switch_program()
         self.events["network_up"] = time.time()
         agg = topo.aggregator
-        bases = partition_slots([cfg.slots] * cfg.jobs)
+        bases = (partition_slots([cfg.slots] * cfg.jobs, cfg.pool_slots) if cfg.mode == "ina"
+                 else [0] * cfg.jobs)  # the baselines hold no slots
         job_hosts = topo.job_hosts(cfg.jobs, cfg.workers)
         for j, bits in enumerate(cfg.job_bits()):
             workers = [self.testbed.worker(k, h, agg) for k, h in enumerate(job_hosts[j])]
-            self.jobs.append(Job(j + 1, j, LaneFormat(bits, cfg.workers), bases[j],
+            self.jobs.append(Job(j + 1, j, LaneFormat(bits, cfg.workers, cfg.pack), bases[j],
                                  cfg.slots, workers))
+        if cfg.mode == "ps":
+            self.servers = topo.server_hosts(cfg.jobs, cfg.workers)
         if cfg.mode == "ina":
             self.testbed.program_jobs(agg, self.jobs)
         self.aggregator = agg
         self.events["programmed"] = time.time()
         for job in self.jobs:
-            self.echo(f"  job {job.job_id}: {job.fmt.describe()}, slots "
-                      f"{job.slot_base}..{job.slot_base + job.slot_count - 1} on {agg}, "
+            where = {"ina": f"slots {job.slot_base}..{job.slot_base + job.slot_count - 1} on "
+                            f"{agg}, {cfg.payload_words} words per packet",
+                     "ring": "ring all-reduce",
+                     "ps": f"parameter server on {self.servers[job.index]}"
+                     if self.servers else ""}[cfg.mode]
+            self.echo(f"  job {job.job_id}: {job.fmt.describe()}, {where}, "
                       f"hosts {', '.join(w.host for w in job.workers)}")
 
     def _launch_agents(self):
         cfg = self.cfg
         agg_ip = aggregator_ip(self.testbed.device_ids[self.aggregator])
         go = self.writer.dir / "agents" / "go"
+        self._launch_servers()
         for job in self.jobs:
             for w in job.workers:
                 host = w.host
@@ -280,7 +296,10 @@ class Run:
                                    gvq_d=cfg.gvq_d, gvq_k=cfg.gvq_k, mode=cfg.mode,
                                    gvq_fit_iterations=cfg.gvq_fit,
                                    gvq_refresh=cfg.gvq_refresh,
-                                   ring_peers=[int_to_ip(x.ip) for x in job.workers])
+                                   ring_peers=[int_to_ip(x.ip) for x in job.workers],
+                                   ps_address=(self.testbed.host(self.servers[job.index]).IP()
+                                               if self.servers else None),
+                                   payload_words=cfg.payload_words, packed=cfg.pack)
                 path = self.writer.dir / "agents" / f"{name}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 acfg.save(path)
@@ -303,7 +322,25 @@ class Run:
         go.touch()
         self.events["agents_go"] = time.time()
 
+    def _launch_servers(self):
+        """--mode ps: one parameter server process per job, on the job's server host."""
+        for job, host in zip(self.jobs, self.servers):
+            name = f"ps{job.job_id}"
+            log = self.writer.log_dir / f"{name}.log"
+            with deferred_signals(), open(log, "wb") as out:
+                popen = self.testbed.host(host).popen(
+                    [sys.executable, "-m", "qaina_bench.hosts.ps", str(PS_PORT),
+                     str(job.fmt.workers)], stdout=out, stderr=out, stdin=None, env=agent_env())
+                self.server_procs.append((name, popen, log))
+                self.record.add_process(popen.pid, f"parameter server {name} on {host}")
+
     def _check_agents(self):
+        for name, popen, log in self.server_procs:
+            code = popen.poll()
+            if code not in (None, 0):
+                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+                raise RunError(f"parameter server {name} exited with {code}: "
+                               f"{' | '.join(tail)} (log {log})")
         for a in self.agents:
             code = a.popen.poll()
             if code not in (None, 0):
@@ -321,6 +358,8 @@ class Run:
         total = cfg.iterations * len(self.agents)
         processes = {f"switch {sw.name}": sw.target.pid for sw in self.testbed.net.switches}
         processes.update({f"agent j{a.job}w{a.worker}": a.popen.pid for a in self.agents})
+        processes.update({f"parameter server {name}": popen.pid
+                          for name, popen, _ in self.server_procs})
         self.sampler = Sampler(self.writer, self.testbed.conns,
                                self.aggregator if cfg.mode == "ina" else None, self.jobs,
                                self.testbed.switch_interfaces(), processes,
@@ -349,14 +388,15 @@ class Run:
         self.echo("")
 
     def _teardown(self):
-        for a in self.agents:
-            if a.popen.poll() is None:
-                a.popen.terminate()
-        for a in self.agents:
+        popens = [a.popen for a in self.agents] + [p for _, p, _ in self.server_procs]
+        for popen in popens:
+            if popen.poll() is None:
+                popen.terminate()
+        for popen in popens:
             try:
-                a.popen.wait(5)
+                popen.wait(5)
             except Exception:
-                a.popen.kill()
+                popen.kill()
         if self.testbed is not None:
             try:
                 self.testbed.stop()
@@ -375,6 +415,7 @@ class Run:
                 **(self.sampler.summary() if self.sampler is not None else {}),
                 "jobs": [{"job_id": j.job_id, "index": j.index, "bits": j.fmt.bits,
                           "workers": j.fmt.workers, "lane_width": j.fmt.width,
-                          "lanes": j.fmt.lanes, "slot_base": j.slot_base,
+                          "lanes": j.fmt.lanes, "packed": j.fmt.packed,
+                          "payload_words": self.cfg.payload_words, "slot_base": j.slot_base,
                           "slots": j.slot_count} for j in self.jobs]}
         return summarise(self.writer, self.cfg, meta, agents)

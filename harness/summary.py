@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..p4.constants import REGISTER_BITS_PER_SLOT
 from ..p4.header import QAINA_WORDS
 from .plots import plot
 from .resultset import ITERATION_COLUMNS, ResultWriter, read_csv
@@ -97,8 +96,9 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
     in_use = np.array([float(s["slots_in_use"]) for s in slots]) if slots else None
     # Value bits a worker's chunks carry per register bit they occupy (tail padding
     # included); with GradiVeQ the values are coefficients.
-    efficiency = [r["values"] * job["bits"] / (-(-r["values"] // (QAINA_WORDS * job["lanes"]))
-                                               * REGISTER_BITS_PER_SLOT) for r in mine]
+    words = job.get("payload_words", QAINA_WORDS)
+    efficiency = [r["values"] * job["bits"] / (-(-r["values"] // (words * job["lanes"]))
+                                               * words * 32) for r in mine]
     in_network = aggregator is not None  # ring mode: the switches only route
     out.update(
         iterations_done=len(complete),
@@ -221,6 +221,8 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "quantizer": "signmean" if cfg.job_bits() == [1] * cfg.jobs else cfg.quantizer,
         "error_feedback": cfg.error_feedback,
         "mode": cfg.mode,
+        "payload_words": cfg.payload_words,
+        "packed": cfg.pack,
         "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},
         "startup_to_first_send_s": (first_send - meta["events"]["invoked"]
                                     if first_send else None),

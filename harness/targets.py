@@ -20,7 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..p4.p4info import P4_SOURCE, P4Info, difference
+from ..p4 import program
+from ..p4.header import QAINA_WORDS
+from ..p4.p4info import P4Info, difference
 
 TARGETS = ("embedded", "bmv2")
 
@@ -44,7 +46,7 @@ class SwitchProcess:
 
     def __init__(self, name: str, interfaces: dict[int, str], grpc_port: int,
                  device_id: int, log_path: str | Path, cpu: int | None = None,
-                 env: dict | None = None):
+                 env: dict | None = None, words: int = QAINA_WORDS):
         self.name = name
         self.interfaces = dict(interfaces)
         self.grpc_port = grpc_port
@@ -53,6 +55,7 @@ class SwitchProcess:
         self.log_path = Path(log_path)
         self.cpu = cpu
         self.env = dict(env or {})  # added to this process's environment
+        self.words = words  # payload words of the qaina.p4 build it runs
         self.proc: subprocess.Popen | None = None
 
     def command(self) -> list[str]:
@@ -69,7 +72,7 @@ class SwitchProcess:
 
     def describe(self) -> dict:
         """What program runs the switch: for the results."""
-        return {"target": self.kind}
+        return {"target": self.kind, "payload_words": self.words}
 
     @property
     def pid(self) -> int | None:
@@ -142,8 +145,9 @@ def bmv2_missing() -> str | None:
     return None
 
 
-def compile_p4(source: Path = P4_SOURCE, cache: Path | None = None) -> tuple[Path, Path]:
-    """Compile ``qaina.p4`` with p4c for BMv2; returns (bmv2 json, p4info text).
+def compile_p4(words: int = QAINA_WORDS, cache: Path | None = None) -> tuple[Path, Path]:
+    """Compile the ``words``-word build of ``qaina.p4`` with p4c for BMv2; returns
+    (bmv2 json, p4info text).
 
     Kept in a cache keyed by the source and the p4c version, written whole or not at
     all (several runs may compile at once).
@@ -151,9 +155,11 @@ def compile_p4(source: Path = P4_SOURCE, cache: Path | None = None) -> tuple[Pat
     p4c = shutil.which("p4c")
     if p4c is None:
         raise TargetError("p4c is not on PATH (install the P4 toolchain or use vagrant up)")
-    key = hashlib.sha256(source.read_bytes() + (_version([p4c, "--version"]) or "").encode())
-    out = (cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-           / "qaina-bench" / "p4c" / key.hexdigest()[:16])
+    text = program.source(words)
+    key = hashlib.sha256(text.encode() + (_version([p4c, "--version"]) or "").encode())
+    root = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
+        / "qaina-bench" / "p4c"
+    out = root / key.hexdigest()[:16]
     # p4c 1.2.4 refuses a .txtpb P4Info name, 1.2.5 warns that .txt is deprecated.
     version = _version([p4c, "--version"]) or ""
     numbers = tuple(int(x) for x in re.findall(r"\d+", version.split("(")[0])[:3])
@@ -164,11 +170,15 @@ def compile_p4(source: Path = P4_SOURCE, cache: Path | None = None) -> tuple[Pat
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     try:
+        source = work / "qaina.p4"
+        source.write_text(text)
         cmd = [p4c, "--target", "bmv2", "--arch", "v1model", "-o", str(work),
                "--p4runtime-files", str(work / info_path.name), str(source)]
         res = subprocess.run(cmd, capture_output=True, text=True)
+        source.unlink()
         if res.returncode != 0:
-            raise TargetError(f"p4c failed on {source}: {res.stderr.strip()[-2000:]}")
+            raise TargetError(f"p4c failed on the {words}-word qaina.p4: "
+                              f"{res.stderr.strip()[-2000:]}")
         try:
             work.rename(out)
         except OSError:  # another process finished first
@@ -233,13 +243,14 @@ class BMv2Target(SwitchProcess):
         return cmd
 
     def device_config(self) -> bytes:
-        """p4c's JSON of ``qaina.p4``. BMv2 takes any P4Info with it, so this refuses
-        to go on when p4c's P4Info is not the committed one the harness sends."""
-        json_path, info_path = compile_p4()
-        why = difference(P4Info.load().proto, P4Info.load(info_path).proto)
+        """p4c's JSON of this switch's build of ``qaina.p4``. BMv2 takes any P4Info
+        with it, so this refuses to go on when p4c's P4Info is not the one the harness
+        sends (``program.p4info``)."""
+        json_path, info_path = compile_p4(self.words)
+        why = difference(program.p4info(self.words).proto, P4Info.load(info_path).proto)
         if why:
-            raise TargetError(f"p4c's P4Info of {P4_SOURCE.name} differs from the committed "
-                              f"one ({why}): run `make p4info`")
+            raise TargetError(f"p4c's P4Info of the {self.words}-word qaina.p4 differs from "
+                              f"the committed one ({why}): run `make p4info`")
         return json_path.read_bytes()
 
     def fresh_pipeline(self, conn):
@@ -271,7 +282,7 @@ class BMv2Target(SwitchProcess):
         raise TargetError(f"register_read {name} failed: {out[-1000:]}")
 
     def describe(self) -> dict:
-        return {"target": self.kind, "log_packets": self.log_packets, **toolchain()}
+        return {**super().describe(), "log_packets": self.log_packets, **toolchain()}
 
     def stop(self, timeout: float = 5.0):
         super().stop(timeout)

@@ -47,8 +47,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..p4.header import FRAME_LEN, QAINA_UDP_PORT, QAINA_WORDS
+from ..p4.header import QAINA_UDP_PORT, QAINA_WORDS, wire
 from .gradiveq import GradiVeQSchedule, LayeredGradiVeQ
+from .ps import PS_PORT, PSClient, PSError
 from .ring import Ring, RingError
 from .compression import CodecConfig, WorkerCodec
 from .sources import LiveTraining, TraceReplay
@@ -86,9 +87,13 @@ class AgentConfig:
     start_timeout: float = 120.0
     record_levels: bool = False  # keep own levels and received sums (for verification)
     compress: str = "none"  # "none" or "gradiveq"
-    mode: str = "ina"  # "ina": through the switch; "ring": host-based ring all-reduce
+    mode: str = "ina"  # "ina": through the switch; "ring" or "ps": host-based baselines
     ring_peers: list | None = None  # ring mode: the job's workers' addresses, in order
     ring_port: int = 20802
+    ps_address: str | None = None  # ps mode: the job's parameter server
+    ps_port: int = PS_PORT
+    payload_words: int = QAINA_WORDS  # words per packet: the switch's qaina.p4 build
+    packed: bool = True  # False: one value per word (the baseline that isolates packing)
     gvq_d: int = 64  # GradiVeQ slice length
     gvq_k: int = 8  # GradiVeQ coefficients per slice
     gvq_fit_iterations: int = 1  # exact iterations whose aggregates fit the bases
@@ -136,10 +141,17 @@ class Agent:
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
         try:
-            self.codec = WorkerCodec(CodecConfig(cfg.bits, cfg.workers, cfg.quantizer,
-                                                 cfg.bucket, cfg.error_feedback, cfg.headroom),
+            self.wire = wire(cfg.payload_words)
+            if cfg.quantizer == "none" and (cfg.mode == "ina" or cfg.bits != 32):
+                raise ValueError("quantizer none (float32 sums) is for --mode ring or ps at "
+                                 "32 bits")
+            self.float = cfg.quantizer == "none"
+            self.codec = WorkerCodec(CodecConfig(cfg.bits, cfg.workers,
+                                                 "maxpow2" if self.float else cfg.quantizer,
+                                                 cfg.bucket, cfg.error_feedback, cfg.headroom,
+                                                 cfg.packed),
                                      np.random.default_rng([cfg.seed, cfg.job_id, cfg.worker]),
-                                     QAINA_WORDS)
+                                     cfg.payload_words)
         except ValueError as exc:
             raise AgentError(str(exc)) from None
         self.fmt = self.codec.fmt
@@ -162,14 +174,18 @@ class Agent:
             self.schedule = GradiVeQSchedule(cfg.gvq_fit_iterations, cfg.gvq_refresh)
             # Exact iterations: 32-bit fixed point, whatever the job's bits.
             self.exact_codec = WorkerCodec(CodecConfig(32, cfg.workers), np.random.default_rng(
-                [cfg.seed, cfg.job_id, cfg.worker, 32]), QAINA_WORDS)
-        if cfg.mode not in ("ina", "ring"):
-            raise AgentError(f"unknown mode {cfg.mode!r}: ina or ring")
-        self.ring = None
+                [cfg.seed, cfg.job_id, cfg.worker, 32]), cfg.payload_words)
+        if cfg.mode not in ("ina", "ring", "ps"):
+            raise AgentError(f"unknown mode {cfg.mode!r}: ina, ring or ps")
+        self.ring = None  # the host-based collective of ring and ps modes
         if cfg.mode == "ring":
             if not cfg.ring_peers or len(cfg.ring_peers) != cfg.workers:
                 raise AgentError("ring mode needs the addresses of all the job's workers")
             self.ring = Ring(cfg.worker, [(a, cfg.ring_port) for a in cfg.ring_peers])
+        elif cfg.mode == "ps":
+            if not cfg.ps_address:
+                raise AgentError("ps mode needs the address of the job's parameter server")
+            self.ring = PSClient(cfg.worker, (cfg.ps_address, cfg.ps_port))
         self.fit_aggregates: list[np.ndarray] = []  # the exact aggregates the bases fit
         self.window = cfg.slots
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -179,7 +195,7 @@ class Agent:
         self.sock.setblocking(False)
         self.stream = SlotStream(self.sock, (cfg.aggregator, cfg.port), cfg.job_id, cfg.worker,
                                  cfg.slot_base, cfg.slots, cfg.rto_min, cfg.rto_max,
-                                 cfg.stall_timeout)
+                                 cfg.stall_timeout, cfg.payload_words)
         self.out = open(cfg.output, "w", buffering=1)
         self.levels_record: dict[str, np.ndarray] = {}
 
@@ -215,7 +231,7 @@ class Agent:
         """
         own = codec.codes(values)
         zero = codec.fmt.pack(np.zeros(codec.chunk_elems, dtype=np.int32),
-                              QAINA_WORDS).astype(">u4")
+                              self.wire.words).astype(">u4")
         count = self.predicted_count(len(own))
         _, agreed, stats = self._exchange(count, lambda c, _: (int(own[c]), zero))
         self._emit(type="warmup", start=stats.first_send, end=time.time(),
@@ -245,7 +261,7 @@ class Agent:
                 scale[c] = agreed[c - W]
             part = slice(c * ce, min((c + 1) * ce, n))
             levels[part] = codec.quantize(values[part], scale[c:c + 1])
-            words = codec.fmt.pack(levels[part], QAINA_WORDS).astype(">u4")
+            words = codec.fmt.pack(levels[part], self.wire.words).astype(">u4")
             encode[0] += time.perf_counter() - t
             return self.carried(c, own), words
 
@@ -259,22 +275,29 @@ class Agent:
                           encode[0], codec.clipped(values, scale), short)
 
     def ring_aggregate(self, values: np.ndarray, codec: WorkerCodec) -> Aggregated:
-        """``aggregate`` by ring all-reduce: a max all-reduce agrees every chunk's scale
-        exactly, then the packed words are summed with wrapping addition."""
+        """``aggregate`` by the host-based collective (ring or parameter server): a max
+        all-reduce agrees every chunk's scale exactly, then the packed words are summed
+        with wrapping addition; fp32 (quantizer none) sums the float32 values."""
         n = len(values)
         stats = ExchangeStats(first_send=time.time())
         sent0, received0 = self.ring.bytes_sent, self.ring.bytes_received
-        scale = self.ring.all_reduce(codec.codes(values), np.maximum)
-        t = time.perf_counter()
-        levels = codec.quantize(values, scale)
-        words = codec.fmt.pack(levels, len(scale) * QAINA_WORDS)
-        encode_s = time.perf_counter() - t
-        self.ring.all_reduce(words, np.add)
-        sums = codec.fmt.unpack_sum(words, n)
-        total = codec.dequantize_sum(sums, scale)
+        if self.float:
+            total = self.ring.all_reduce(values.astype(np.float32), np.add)
+            none = np.zeros(0, dtype=np.int32)
+            a = Aggregated(total, none, none, none.astype(np.int8), None, None, stats, 0.0, 0, 0)
+        else:
+            scale = self.ring.all_reduce(codec.codes(values), np.maximum)
+            t = time.perf_counter()
+            levels = codec.quantize(values, scale)
+            words = codec.fmt.pack(levels, len(scale) * self.wire.words)
+            encode_s = time.perf_counter() - t
+            self.ring.all_reduce(words, np.add)
+            sums = codec.fmt.unpack_sum(words, n)
+            total = codec.dequantize_sum(sums, scale)
+            a = Aggregated(total, levels, sums, scale, None, None, stats, encode_s, 0, 0)
         stats.bytes_sent = self.ring.bytes_sent - sent0
         stats.bytes_received = self.ring.bytes_received - received0
-        return Aggregated(total, levels, sums, scale, None, None, stats, encode_s, 0, 0)
+        return a
 
     def iteration(self, i: int, predicted: np.ndarray | None):
         """Aggregate iteration ``i``: compressed with GradiVeQ but for its exact
@@ -295,7 +318,8 @@ class Agent:
                 predicted = self.warm_up(values, codec)
             a = self.aggregate(values, predicted, codec)
         t1 = time.perf_counter()
-        codec.book(values, a.levels, a.scale)
+        if not self.float:
+            codec.book(values, a.levels, a.scale)
         aggregate = self.gvq.decompress(a.total) if compressed else a.total
         end = time.time()
         decode_s = time.perf_counter() - t1
@@ -336,8 +360,9 @@ class Agent:
                    completion_s=end - stats.first_send, elements=self.elements,
                    values=len(values), compressed=compressed, chunks=len(a.scale),
                    packets_sent=stats.packets_sent, packets_received=stats.packets_received,
-                   bytes_sent=stats.bytes_sent or stats.packets_sent * FRAME_LEN,
-                   bytes_received=stats.bytes_received or stats.packets_received * FRAME_LEN,
+                   bytes_sent=stats.bytes_sent or stats.packets_sent * self.wire.frame_len,
+                   bytes_received=(stats.bytes_received
+                                   or stats.packets_received * self.wire.frame_len),
                    retransmissions=stats.retransmissions, timeouts=stats.timeouts,
                    fast_retransmits=stats.fast_retransmits, duplicates=stats.duplicates,
                    refused=stats.refused, send_errors=stats.send_errors, clipped=a.clipped,
@@ -352,7 +377,9 @@ class Agent:
             self.ring.connect(timeout=cfg.start_timeout)
         self._emit(type="start", mode=cfg.mode, job_id=cfg.job_id, worker=cfg.worker, bits=cfg.bits,
                    lanes=self.fmt.lanes, lane_width=self.fmt.width, elements=self.elements,
-                   window=self.window, trace=self.source.name, compress=cfg.compress)
+                   window=self.window, trace=self.source.name, compress=cfg.compress,
+                   payload_words=self.wire.words, packed=self.fmt.packed,
+                   quantizer=cfg.quantizer)
         if cfg.start_file:
             deadline = time.monotonic() + cfg.start_timeout
             while not Path(cfg.start_file).exists():
@@ -401,7 +428,7 @@ def main(argv=None) -> int:
         return 2
     try:
         agent.run()
-    except (AgentError, RingError) as exc:
+    except (AgentError, RingError, PSError) as exc:
         agent._emit(type="error", message=str(exc), end=time.time())
         print(f"agent {cfg.job_id}/{cfg.worker}: {exc}", file=sys.stderr)
         return 1

@@ -60,6 +60,7 @@ class CodecConfig:
     bucket: int = 512  # qsgd: elements per norm
     error_feedback: bool = False
     headroom: int | None = None  # code steps on predicted scales (None: adaptive)
+    packed: bool = True  # False: one value per word (see LaneFormat)
 
 
 class WorkerCodec:
@@ -70,7 +71,7 @@ class WorkerCodec:
             raise ValueError(f"unknown quantizer {cfg.quantizer!r}: use "
                              f"{', '.join(QUANTIZERS)}")
         self.cfg = cfg
-        self.fmt = LaneFormat(cfg.bits, cfg.workers)
+        self.fmt = LaneFormat(cfg.bits, cfg.workers, cfg.packed)
         self.chunk_elems = chunk_words * self.fmt.lanes
         self.sign = cfg.bits == 1
         self.rule: ScaleRule = (SIGN_MEAN if self.sign

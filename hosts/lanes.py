@@ -13,6 +13,10 @@ The arithmetic is fixed by the design notes and shared by every part of the proj
 b = 32 is the SwitchML-style fixed-point baseline: one value per word (``w = 32``,
 ``m = 1``), two's complement through the same offset-binary rule, with
 ``L = (2**31 - 1) // n`` so that the sum of ``n`` values cannot overflow.
+
+``packed=False`` is the baseline that isolates packing: the same levels, one value per
+register (``m = 1``), so a b-bit job takes as many registers and packet words as a
+32-bit one.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class LaneFormat:
 
     bits: int
     workers: int
+    packed: bool = True  # False: one value per 32-bit word, whatever the width
 
     def __post_init__(self):
         if self.bits not in BIT_WIDTHS:
@@ -71,7 +76,7 @@ class LaneFormat:
     @property
     def lanes(self) -> int:
         """m: lanes per 32-bit word."""
-        return WORD_BITS // self.width
+        return WORD_BITS // self.width if self.packed else 1
 
     def words_for(self, elements: int) -> int:
         """32-bit words needed for ``elements`` values."""
@@ -135,4 +140,5 @@ class LaneFormat:
         return lane
 
     def describe(self) -> str:
-        return f"b={self.bits} n={self.workers}: w={self.width} m={self.lanes}"
+        return (f"b={self.bits} n={self.workers}: w={self.width} m={self.lanes}"
+                + ("" if self.packed or self.bits == WORD_BITS else " (unpacked)"))

@@ -24,6 +24,18 @@ class RingError(RuntimeError):
     """The ring could not be formed or broke."""
 
 
+def connect_until(address: tuple[str, int], deadline: float, error, what: str) -> socket.socket:
+    """A TCP connection to ``address``, retried until ``deadline`` (monotonic); raises
+    ``error`` naming ``what`` when it cannot be had."""
+    while True:
+        try:
+            return socket.create_connection(address, timeout=2)
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise error(f"cannot reach {what} at {address[0]}:{address[1]}: {exc}") from None
+            time.sleep(0.05)
+
+
 class Ring:
     """This worker's place in a ring of ``len(peers)`` workers; ``peers`` are the
     workers' (address, TCP port) in ring order."""
@@ -46,15 +58,7 @@ class Ring:
             return
         target = self.peers[(self.worker + 1) % self.n]
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.next_sock = socket.create_connection(target, timeout=2)
-                break
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    raise RingError(f"cannot reach the next worker at {target[0]}:"
-                                    f"{target[1]}: {exc}") from None
-                time.sleep(0.05)
+        self.next_sock = connect_until(target, deadline, RingError, "the next worker")
         self.listener.settimeout(max(1.0, deadline - time.monotonic()))
         try:
             self.prev_sock, _ = self.listener.accept()

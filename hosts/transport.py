@@ -41,9 +41,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..p4.header import (FIELD_OFFSETS, FLAG_RESULT, FLAG_RETX, QAINA_LEN, QAINA_STRUCT,
-                         QAINA_WORDS)
+                         QAINA_WORDS, wire)
 
-PACKET_LEN = QAINA_LEN + 4 * QAINA_WORDS  # UDP payload of one chunk
 _FLAGS = FIELD_OFFSETS["flags"]
 
 INITIAL_WINDOW = 4
@@ -137,8 +136,10 @@ class SlotStream:
 
     def __init__(self, sock: socket.socket, aggregator: tuple[str, int], job_id: int,
                  worker: int, slot_base: int, slots: int, rto_min: float, rto_max: float,
-                 stall_timeout: float):
+                 stall_timeout: float, words: int = QAINA_WORDS):
         self.sock = sock
+        self.words = words  # payload words per chunk (the switch's build)
+        self.packet_len = wire(words).datagram_len  # UDP payload of one chunk
         self.dest = aggregator
         self.job_id = job_id
         self.worker = worker
@@ -161,7 +162,7 @@ class SlotStream:
 
         ``build(c, agreed)`` returns (exponent to carry, big-endian words) of chunk
         ``c`` when it is sent; ``agreed`` holds the exponents returned so far.
-        Returns (result words as uint32 [n, QAINA_WORDS], agreed exponents [n], stats).
+        Returns (result words as uint32 [n, words], agreed exponents [n], stats).
         """
         run = _Exchange(self, n, build)
         run.loop()
@@ -177,7 +178,7 @@ class _Exchange:
         self.n = n
         self.build = build
         self.k0 = stream.position
-        self.results = np.zeros((n, QAINA_WORDS), dtype=">u4")
+        self.results = np.zeros((n, stream.words), dtype=">u4")
         self.agreed = np.zeros(n, dtype=np.int8)
         self.got = np.zeros(n, dtype=bool)
         # chunk -> [packet, last send time, sent more than once, later results seen];
@@ -255,7 +256,7 @@ class _Exchange:
                 size, source = recvfrom_into(buf)
             except BlockingIOError:
                 return
-            if size != PACKET_LEN or source != s.dest:
+            if size != s.packet_len or source != s.dest:
                 stats.refused += 1
                 continue
             job, worker, flags, _, _, exp, seq = QAINA_STRUCT.unpack_from(buf, 0)
@@ -273,7 +274,7 @@ class _Exchange:
                 rtt = now - entry[1]
                 stats.rtts.append(rtt)
                 s.rtt.sample(rtt)
-            self.results[c] = np.frombuffer(buf, ">u4", QAINA_WORDS, QAINA_LEN)
+            self.results[c] = np.frombuffer(buf, ">u4", s.words, QAINA_LEN)
             self.agreed[c] = exp
             self.got[c] = True
             self.done += 1

@@ -17,7 +17,6 @@ POOL_WORDS = POOL_COPIES * QAINA_WORDS
 MAX_JOBS = 16  # size of job_table and of the per-job counters
 MAX_WORKERS = 32  # agg_seen holds one bit per worker
 RESULT_TTL = 64  # IPv4 TTL of a result leaving the aggregator
-REGISTER_BITS_PER_SLOT = QAINA_WORDS * 32  # agg_sum bits one slot copy holds
 
 
 class Drop(IntEnum):

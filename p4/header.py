@@ -1,8 +1,8 @@
 """The QAINA header, declared once.
 
 ``QAINA_FIELDS`` is the one definition of the aggregation header. Everything else is
-derived from it: the struct format of the hosts' fast path, the numpy dtype of whole
-packets, the scapy layer (``QAINA``, bound to UDP port ``QAINA_UDP_PORT``) and the
+derived from it: the struct format of the hosts' fast path, the lengths and numpy
+dtype of whole packets for each payload size the data plane is built for (``Wire``), the scapy layer (``QAINA``, bound to UDP port ``QAINA_UDP_PORT``) and the
 P4 ``header qaina_h`` text that ``qaina.p4`` must contain (a test checks it does).
 
 Wire layout of an aggregation packet::
@@ -32,7 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 
 QAINA_UDP_PORT = 20801
-QAINA_WORDS = 32  # payload words per packet; see p4/README.md for why 32
+QAINA_WORDS = 32  # payload words per packet by default; see p4/README.md for why 32
+#: the payload sizes the data plane is built for (``p4/program.py``); 256 words keep a
+#: frame (1078 bytes) under a 1500-byte MTU
+PAYLOAD_WORDS = (32, 64, 128, 256)
 
 FLAG_RESULT = 0x01
 FLAG_RETX = 0x02
@@ -87,9 +90,66 @@ UDP_DPORT, UDP_LENGTH, UDP_CSUM = 36, 38, slice(40, 42)
 #: offset of each QAINA field in a whole frame
 QAINA_AT = {name: QAINA_OFFSET + off for name, off in FIELD_OFFSETS.items()}
 
-#: numpy dtype of the QAINA header followed by its payload (one UDP datagram body)
-QAINA_DTYPE = np.dtype([(f.name, _NUMPY_CODE[f.bits, f.signed]) for f in QAINA_FIELDS]
-                       + [("words", ">u4", (QAINA_WORDS,))])
+
+
+@dataclass(frozen=True)
+class Wire:
+    """The lengths of an aggregation packet whose payload is ``words`` 32-bit words
+    (one build of the data plane; ``wire(words)`` checks the size)."""
+
+    words: int = QAINA_WORDS
+
+    @property
+    def payload_len(self) -> int:
+        return 4 * self.words
+
+    @property
+    def udp_len(self) -> int:
+        """value of udp.length_"""
+        return UDP_LEN + QAINA_LEN + self.payload_len
+
+    @property
+    def ipv4_len(self) -> int:
+        """value of ipv4.totalLen"""
+        return IPV4_LEN + self.udp_len
+
+    @property
+    def frame_len(self) -> int:
+        return ETH_LEN + self.ipv4_len
+
+    @property
+    def datagram_len(self) -> int:
+        """bytes of a UDP payload: the header and the words"""
+        return QAINA_LEN + self.payload_len
+
+    @property
+    def dtype(self) -> np.dtype:
+        """numpy dtype of the QAINA header followed by its payload (a UDP payload)"""
+        return np.dtype([(f.name, _NUMPY_CODE[f.bits, f.signed]) for f in QAINA_FIELDS]
+                        + [("words", ">u4", (self.words,))])
+
+    def datagram(self, words, **fields) -> bytes:
+        """A whole UDP payload: header fields (missing ones are 0) and the payload words."""
+        values = [fields.pop(name, 0) for name in FIELD_NAMES]
+        if fields:
+            raise TypeError(f"unknown QAINA fields: {sorted(fields)}")
+        words = np.asarray(words, dtype=">u4")
+        if words.shape != (self.words,):
+            raise ValueError(f"a QAINA payload is {self.words} words, got {words.shape}")
+        return QAINA_STRUCT.pack(*values) + words.tobytes()
+
+
+def wire(words: int = QAINA_WORDS) -> Wire:
+    """The ``Wire`` of a data plane build; ValueError for a size it is not built for."""
+    if isinstance(words, bool) or words not in PAYLOAD_WORDS:
+        raise ValueError(f"payload words must be one of {', '.join(map(str, PAYLOAD_WORDS))}, "
+                         f"got {words!r}")
+    return Wire(int(words))
+
+
+DEFAULT_WIRE = Wire(QAINA_WORDS)
+#: numpy dtype of the QAINA header followed by its default payload
+QAINA_DTYPE = DEFAULT_WIRE.dtype
 assert QAINA_DTYPE.itemsize == QAINA_LEN + PAYLOAD_LEN
 
 
@@ -116,14 +176,8 @@ def unpack_header(buf, offset: int = 0) -> dict:
 
 
 def datagram(words, **fields) -> bytes:
-    """A whole UDP payload: header fields (missing ones are 0) and the payload words."""
-    values = [fields.pop(name, 0) for name in FIELD_NAMES]
-    if fields:
-        raise TypeError(f"unknown QAINA fields: {sorted(fields)}")
-    words = np.asarray(words, dtype=">u4")
-    if words.shape != (QAINA_WORDS,):
-        raise ValueError(f"a QAINA payload is {QAINA_WORDS} words, got {words.shape}")
-    return QAINA_STRUCT.pack(*values) + words.tobytes()
+    """A whole UDP payload of the default build (see ``Wire.datagram``)."""
+    return DEFAULT_WIRE.datagram(words, **fields)
 
 
 def p4_header_text(name: str = "qaina_h") -> str:
@@ -175,9 +229,10 @@ def _build_scapy_layer():
 
     class QAINA(Packet):
         name = "QAINA"
+        # The words run to the end of the datagram: every build's payload parses.
         fields_desc = [field(f) for f in QAINA_FIELDS] + [
             FieldListField("words", [0] * QAINA_WORDS, XIntField("", 0),
-                           count_from=lambda pkt: QAINA_WORDS)]
+                           max_count=max(PAYLOAD_WORDS))]
 
     bind_layers(UDP, QAINA, dport=QAINA_UDP_PORT)
     return QAINA

@@ -1,17 +1,22 @@
 /*
  * qaina.p4: quantization-aware in-network aggregation (P4_16, v1model, BMv2).
  *
- * Workers send contributions (Ethernet/IPv4/UDP dport QAINA_UDP_PORT/QAINA/32 words)
- * to the aggregator address of their job's switch. The switch adds the payload words
- * of all workers of a job slot-wise with plain wrapping 32-bit addition (the workers
- * packed several low-bit lanes per word, so no carry crosses a lane), and multicasts
- * the sum to every worker when the last contribution arrives. Each slot has two
+ * Workers send contributions (Ethernet/IPv4/UDP dport QAINA_UDP_PORT/QAINA/payload of
+ * QAINA_WORDS 32-bit words) to the aggregator address of their job's switch. The
+ * switch adds the payload words of all workers of a job slot-wise with plain wrapping
+ * 32-bit addition (the workers packed several low-bit lanes per word, so no carry
+ * crosses a lane), and multicasts the sum to every worker when the last contribution
+ * arrives. Each slot has two
  * copies (hdr.qaina.ver) so that a retransmitted contribution for a completed slot is
  * answered with the stored result (SwitchML's shadow-copy scheme, see p4/README.md).
  * All other IPv4 traffic is routed by ipv4_lpm.
  *
  * The P4Info of this program is kept next to it as qaina.p4info.txtpb; every table,
  * action, counter and register carries an @id so that P4Info is exactly what p4c emits.
+ *
+ * This file is the 32-word build. p4/program.py renders the 64-, 128- and 256-word
+ * builds from it: QAINA_WORDS and what follows from it (POOL_WORDS, the two length
+ * constants, payload_h and ALL_WORDS) are all that differ.
  */
 #include <core.p4>
 #include <v1model.p4>
@@ -27,7 +32,7 @@
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<8>  IP_PROTO_UDP = 17;
 const bit<16> QAINA_UDP_PORT = 20801;
-const bit<16> QAINA_UDP_LEN = 148;      /* 8 UDP + 12 QAINA + 128 payload bytes       */
+const bit<16> QAINA_UDP_LEN = 148;      /* 8 UDP + 12 QAINA + 4 * QAINA_WORDS bytes   */
 const bit<16> QAINA_IPV4_LEN = 168;     /* 20 IPv4 + QAINA_UDP_LEN                    */
 const bit<8>  FLAG_RESULT = 0x01;
 const bit<8>  FLAG_RETX = 0x02;

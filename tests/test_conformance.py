@@ -1,9 +1,10 @@
 """Conformance suite of the QAINA pipeline: packets in, packets out, counters.
 
 Every case runs against each target of the ``lab`` fixture: the embedded switch
-everywhere, BMv2 ``simple_switch_grpc`` where it is installed. The switch is a real
-process on real veth pairs, programmed over P4Runtime by the harness's control plane.
-Ports 1..4 face the workers, port 5 another host.
+everywhere, BMv2 ``simple_switch_grpc`` where it is installed, each with every build
+of qaina.p4 (32 payload words, and the 64-, 128- and 256-word ones). The switch is a
+real process on real veth pairs, programmed over P4Runtime by the harness's control
+plane. Ports 1..4 face the workers, port 5 another host.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from qaina_bench.harness.jobs import (Job, Worker, aggregator_ip, aggregator_mac
                                       program_aggregator, program_job, program_route)
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.p4.constants import Drop
-from qaina_bench.p4.header import (FLAG_RESULT, FLAG_RETX, QAINA_UDP_PORT, QAINA_WORDS,
+from conftest import open_lab
+from qaina_bench.p4.header import (FLAG_RESULT, FLAG_RETX, PAYLOAD_WORDS, QAINA_UDP_PORT,
                                    scapy_layer)
 
 QAINA = scapy_layer()
@@ -35,6 +37,14 @@ WORKERS = [Worker(i, ip_to_int(f"10.0.0.{i + 1}"), mac_to_int(f"02:00:00:00:00:{
 
 def mac(value: int) -> str:
     return ":".join(f"{value >> s & 0xFF:02x}" for s in range(40, -8, -8))
+
+
+@pytest.fixture(scope="module", params=["embedded", "embedded-sockets", "bmv2"] + [
+    f"{kind}-w{words}" for kind in ("embedded", "bmv2") for words in PAYLOAD_WORDS[1:]])
+def lab(request, tmp_path_factory):
+    lab = open_lab(request.param, tmp_path_factory)
+    yield lab
+    lab.close()
 
 
 @pytest.fixture
@@ -112,8 +122,8 @@ def one_round(lab, job: Job, rng, slot=0, ver=0, seq=0):
     fmt = job.fmt
     levels, words = [], []
     for k in range(fmt.workers):
-        lv = (rng.integers(0, 2, QAINA_WORDS * fmt.lanes) if fmt.bits == 1 else
-              rng.integers(-fmt.levels, fmt.levels + 1, QAINA_WORDS * fmt.lanes))
+        lv = (rng.integers(0, 2, lab.words * fmt.lanes) if fmt.bits == 1 else
+              rng.integers(-fmt.levels, fmt.levels + 1, lab.words * fmt.lanes))
         levels.append(lv)
         words.append(fmt.pack(lv))
         send(lab, job, k, words[-1], slot=slot, ver=ver, exp=k - 2, seq=seq)
@@ -132,7 +142,7 @@ def test_aggregation_gives_exact_lane_sum(sw, bits):
         assert len(got) == 1, f"worker {w.index} got {len(got)} results"
         check_result(got[0], job, w, total, exp=1, seq=41)
         level_sum = job.fmt.unpack_sum(np.array(got[0][QAINA].words, dtype=np.uint32),
-                                       QAINA_WORDS * job.fmt.lanes)
+                                       sw.words * job.fmt.lanes)
         assert np.array_equal(level_sum, np.sum(levels, axis=0))
     assert count(sw, "slots_opened", 0, 1) == 1
     assert count(sw, "slots_closed", 0, 1) == 1
@@ -143,7 +153,7 @@ def test_aggregation_gives_exact_lane_sum(sw, bits):
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])
 def test_lanes_never_carry_at_extreme_values(sw, bits):
     job = add_job(sw, bits=bits)
-    fmt, n, count = job.fmt, job.fmt.workers, QAINA_WORDS * job.fmt.lanes
+    fmt, n, count = job.fmt, job.fmt.workers, sw.words * job.fmt.lanes
     top = 1 if bits == 1 else fmt.levels
     bottom = 0 if bits == 1 else -fmt.levels
     for slot, level, expect in ((0, top, n * fmt.levels if bits > 1 else n),
@@ -161,7 +171,7 @@ def test_lanes_never_carry_at_extreme_values(sw, bits):
 def test_duplicate_contribution_is_not_added_twice(sw):
     job = add_job(sw)
     rng = np.random.default_rng(1)
-    words = [job.fmt.pack(rng.integers(-7, 8, 32 * job.fmt.lanes)) for _ in range(4)]
+    words = [job.fmt.pack(rng.integers(-7, 8, sw.words * job.fmt.lanes)) for _ in range(4)]
     send(sw, job, 0, words[0])
     send(sw, job, 0, words[0], flags=FLAG_RETX)
     for k in (1, 2, 3):
@@ -203,15 +213,15 @@ def test_slot_reuse_alternates_copies_and_keeps_the_shadow(sw):
             assert len(got) == 1
             check_result(got[0], job, w, sums[-1], seq=use)
     # Third use of the slot (copy 0 again) starts while worker 1 still lacks use 2.
-    fresh = job.fmt.pack(rng.integers(-7, 8, 32 * job.fmt.lanes))
+    fresh = job.fmt.pack(rng.integers(-7, 8, sw.words * job.fmt.lanes))
     send(sw, job, 0, fresh, slot=2, ver=0, seq=2)
     assert all(results(sw, w.port, timeout=0.2) == [] for w in job.workers)
-    send(sw, job, 1, np.zeros(32, dtype=np.uint32), slot=2, ver=1, seq=1, flags=FLAG_RETX)
+    send(sw, job, 1, np.zeros(sw.words, dtype=np.uint32), slot=2, ver=1, seq=1, flags=FLAG_RETX)
     got = results(sw, 2, count=1)
     assert len(got) == 1
     check_result(got[0], job, job.workers[1], sums[1], seq=1, flags=FLAG_RESULT | FLAG_RETX)
     # ... and the third use still completes with exactly its own contributions.
-    rest = [job.fmt.pack(rng.integers(-7, 8, 32 * job.fmt.lanes)) for _ in range(3)]
+    rest = [job.fmt.pack(rng.integers(-7, 8, sw.words * job.fmt.lanes)) for _ in range(3)]
     for k, words in zip((1, 2, 3), rest):
         send(sw, job, k, words, slot=2, ver=0, seq=2)
     for w in job.workers:
@@ -224,8 +234,8 @@ def test_two_jobs_in_disjoint_slot_ranges_do_not_disturb_each_other(sw):
     job_a = add_job(sw, job_id=7, index=0, bits=4, workers=WORKERS[:2], base=0, count=4)
     job_b = add_job(sw, job_id=9, index=1, bits=32, workers=WORKERS[2:], base=4, count=4)
     rng = np.random.default_rng(4)
-    wa = [job_a.fmt.pack(rng.integers(-7, 8, 32 * job_a.fmt.lanes)) for _ in range(2)]
-    wb = [job_b.fmt.pack(rng.integers(-1000, 1000, 32)) for _ in range(2)]
+    wa = [job_a.fmt.pack(rng.integers(-7, 8, sw.words * job_a.fmt.lanes)) for _ in range(2)]
+    wb = [job_b.fmt.pack(rng.integers(-1000, 1000, sw.words)) for _ in range(2)]
     for k in range(2):  # interleaved, same relative slot
         send(sw, job_a, k, wa[k], slot=1)
         send(sw, job_b, k, wb[k], slot=5)
@@ -256,11 +266,11 @@ def vlan_tagged(pkt, tpid: int, vid: int = 5) -> bytes:
     return raw[:12] + struct.pack("!HH", tpid, vid) + raw[12:]
 
 
-def bad_packets(job: Job):
+def bad_packets(job: Job, words: int):
     """(name, frame, drop reason[, port]) for every kind of packet the switch must
     refuse; sent from port 1 unless a port is given."""
     w0, w1 = job.workers[0], job.workers[1]
-    good = contribution(w0, job.job_id, range(32), slot=1)
+    good = contribution(w0, job.job_id, range(words), slot=1)
     raw = bytes(good)
     rnd = random.Random(5)
     junk = bytes(rnd.getrandbits(8) for _ in range(120))
@@ -275,26 +285,28 @@ def bad_packets(job: Job):
         ("truncated header", base / udp / raw[42:48], Drop.MALFORMED),
         ("truncated payload", base / udp / raw[42:42 + 12 + 64], Drop.MALFORMED),
         ("trailing bytes", base / udp / (raw[42:] + b"\0\0\0\0"), Drop.MALFORMED),
+        ("another build's packet", contribution(w0, job.job_id, range(64 if words == 32 else 32),
+                                                slot=1), Drop.MALFORMED),
         ("not udp", base / TCP(dport=QAINA_UDP_PORT) / raw[42:], Drop.MALFORMED),
         ("other udp port", base / UDP(sport=1, dport=4000) / raw[42:], Drop.MALFORMED),
-        ("result flag", contribution(w0, job.job_id, range(32), flags=FLAG_RESULT), Drop.BAD_FLAGS),
-        ("bad version", contribution(w0, job.job_id, range(32), ver=2), Drop.BAD_FLAGS),
-        ("wrong job", contribution(w0, job.job_id + 1, range(32)), Drop.UNKNOWN_JOB),
-        ("spoofed source", contribution(w0, job.job_id, range(32), src_ip="10.0.0.99"),
+        ("result flag", contribution(w0, job.job_id, range(words), flags=FLAG_RESULT), Drop.BAD_FLAGS),
+        ("bad version", contribution(w0, job.job_id, range(words), ver=2), Drop.BAD_FLAGS),
+        ("wrong job", contribution(w0, job.job_id + 1, range(words)), Drop.UNKNOWN_JOB),
+        ("spoofed source", contribution(w0, job.job_id, range(words), src_ip="10.0.0.99"),
          Drop.NON_MEMBER),
-        ("other member's index", contribution(w0, job.job_id, range(32), worker=1),
+        ("other member's index", contribution(w0, job.job_id, range(words), worker=1),
          Drop.BAD_WORKER),
-        ("index beyond job", contribution(w1, job.job_id, range(32), worker=9),
+        ("index beyond job", contribution(w1, job.job_id, range(words), worker=9),
          Drop.BAD_WORKER, w1.port),
-        ("member's address, other port", contribution(w1, job.job_id, range(32), slot=3),
+        ("member's address, other port", contribution(w1, job.job_id, range(words), slot=3),
          Drop.WRONG_PORT),
         ("first fragment", fragment(good, more=True, offset=0), Drop.MALFORMED),
         ("later fragment", fragment(good, more=False, offset=8), Drop.MALFORMED),
         ("802.1Q tagged", vlan_tagged(good, 0x8100), Drop.NOT_IPV4),
         ("802.1ad tagged", vlan_tagged(good, 0x88A8), Drop.NOT_IPV4),
-        ("slot after range", contribution(w0, job.job_id, range(32), slot=8), Drop.BAD_SLOT),
-        ("slot below range", contribution(w0, job.job_id, range(32), slot=1), Drop.BAD_SLOT),
-        ("slot beyond pool", contribution(w0, job.job_id, range(32), slot=60000), Drop.BAD_SLOT),
+        ("slot after range", contribution(w0, job.job_id, range(words), slot=8), Drop.BAD_SLOT),
+        ("slot below range", contribution(w0, job.job_id, range(words), slot=1), Drop.BAD_SLOT),
+        ("slot beyond pool", contribution(w0, job.job_id, range(words), slot=60000), Drop.BAD_SLOT),
     ]
 
 
@@ -303,10 +315,10 @@ def test_bad_packets_are_dropped_counted_and_never_touch_a_register(sw):
     add_job(sw, job_id=3, index=1, bits=8, workers=WORKERS[2:], base=0, count=2)
     job = add_job(sw, job_id=7, index=0, bits=4, base=2, count=6)
     rng = np.random.default_rng(6)
-    words = [job.fmt.pack(rng.integers(-7, 8, 32 * job.fmt.lanes)) for _ in range(4)]
+    words = [job.fmt.pack(rng.integers(-7, 8, sw.words * job.fmt.lanes)) for _ in range(4)]
     send(sw, job, 0, words[0], slot=4)  # leave a slot half-aggregated
     before = sw.registers()
-    cases = bad_packets(job)
+    cases = bad_packets(job, sw.words)
     expected = {}
     for name, frame, reason, *port in cases:
         sw.hosts[port[0] if port else 1].send(frame)
@@ -361,8 +373,8 @@ def test_entries_with_noaction_are_hits_that_admit_no_worker(sw):
     sw.conn.insert("MyIngress.member_table",
                    {"hdr.qaina.job_id": 7, "hdr.ipv4.srcAddr": ip_to_int("10.0.0.99")},
                    "NoAction")
-    sw.hosts[1].send(contribution(w0, 8, range(32)))  # job 8 hits with n = 0: bad worker
-    sw.hosts[1].send(contribution(w0, 7, range(32), worker=0, src_ip="10.0.0.99"))
+    sw.hosts[1].send(contribution(w0, 8, range(sw.words)))  # job 8 hits with n = 0: bad worker
+    sw.hosts[1].send(contribution(w0, 7, range(sw.words), worker=0, src_ip="10.0.0.99"))
     assert all(results(sw, port, timeout=0.3) == [] for port in range(1, 6))
     drops = sw.counters("drops")
     assert drops[Drop.BAD_WORKER][0] == 1
@@ -378,7 +390,7 @@ def test_a_member_address_from_another_port_cannot_touch_the_job(sw):
     job = add_job(sw)
     w0 = job.workers[0]
     rng = np.random.default_rng(8)
-    forged = job.fmt.pack(rng.integers(-7, 8, 32 * job.fmt.lanes))
+    forged = job.fmt.pack(rng.integers(-7, 8, sw.words * job.fmt.lanes))
     sw.hosts[3].send(contribution(w0, job.job_id, forged, slot=0))
     _, words = one_round(sw, job, rng, slot=0)
     for w in job.workers:
@@ -410,8 +422,8 @@ def test_job_entries_out_of_range_drop_their_packets(sw, field, value, member_in
     sw.conn.insert("MyIngress.member_table", {"hdr.qaina.job_id": 5, "hdr.ipv4.srcAddr": w0.ip},
                    "MyIngress.set_member", {"worker": member_index, "port": w0.port})
     before = sw.registers()
-    sw.hosts[1].send(contribution(w0, 5, range(32), worker=member_index))
-    sw.hosts[1].send(contribution(w0, 5, range(32), worker=member_index, src_ip="10.0.0.99"))
+    sw.hosts[1].send(contribution(w0, 5, range(sw.words), worker=member_index))
+    sw.hosts[1].send(contribution(w0, 5, range(sw.words), worker=member_index, src_ip="10.0.0.99"))
     assert all(results(sw, port, timeout=0.3) == [] for port in range(1, 6))
     assert count(sw, "drops", Drop.BAD_JOB, 2) == 2
     assert sw.registers() == before

@@ -66,6 +66,31 @@ def test_udp_port_binding_dissects_whole_frames():
     assert again.haslayer(QAINA) and again[QAINA].seq == FIELDS["seq"]
 
 
+@pytest.mark.parametrize("words", header.PAYLOAD_WORDS)
+def test_every_build_packs_and_parses_alike(words):
+    """The lengths of each build, and its packets through struct, numpy and scapy."""
+    w = header.wire(words)
+    assert (w.payload_len, w.datagram_len) == (4 * words, header.QAINA_LEN + 4 * words)
+    assert w.frame_len == header.ETH_LEN + header.IPV4_LEN + header.UDP_LEN + w.datagram_len
+    assert w.frame_len <= 1514  # a 1500-byte MTU
+    payload = np.arange(words, dtype=np.uint32) * 0x00010001
+    fast = w.datagram(payload, **FIELDS)
+    assert len(fast) == w.datagram_len
+    rec = np.frombuffer(fast, dtype=w.dtype)[0]
+    assert np.array_equal(rec["words"], payload) and int(rec["seq"]) == FIELDS["seq"]
+    QAINA = header.scapy_layer()
+    assert bytes(QAINA(**FIELDS, words=[int(x) for x in payload])) == fast
+    assert QAINA(fast).words == [int(x) for x in payload]
+    with pytest.raises(ValueError, match=f"{words} words"):
+        w.datagram(payload[:-1])
+
+
+@pytest.mark.parametrize("words", [0, 16, 33, 48, 512, True, "32"])
+def test_only_built_payload_sizes_exist(words):
+    with pytest.raises(ValueError, match="32, 64, 128, 256"):
+        header.wire(words)
+
+
 def test_datagram_rejects_bad_input():
     with pytest.raises(ValueError):
         header.datagram(np.zeros(3), job_id=1)

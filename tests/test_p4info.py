@@ -16,19 +16,19 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
 from qaina_bench.harness.targets import compile_p4
-from qaina_bench.p4 import constants, header
+from qaina_bench.p4 import constants, header, program
 from qaina_bench.p4.p4info import P4_SOURCE, P4INFO_PATH, P4Info
 
 SOURCE = P4_SOURCE.read_text()
 
 
-def defines() -> dict[str, int]:
-    return {k: int(v, 0) for k, v in re.findall(r"#define\s+(\w+)\s+(\d+)", SOURCE)}
+def defines(text: str = SOURCE) -> dict[str, int]:
+    return {k: int(v, 0) for k, v in re.findall(r"#define\s+(\w+)\s+(\d+)", text)}
 
 
-def consts() -> dict[str, int]:
+def consts(text: str = SOURCE) -> dict[str, int]:
     return {k: int(v, 0) for k, v in
-            re.findall(r"const\s+bit<\d+>\s+(\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*;", SOURCE)}
+            re.findall(r"const\s+bit<\d+>\s+(\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*;", text)}
 
 
 def test_constants_agree_with_the_python_side():
@@ -74,3 +74,40 @@ def test_p4c_emits_the_committed_p4info(tmp_path):
                                     "committed", "p4c", lineterm="", n=2)
         pytest.fail("p4c's P4Info differs from p4/qaina.p4info.txtpb (run `make p4info`):\n"
                     + "\n".join(list(diff)[:80]))
+
+
+def test_qaina_p4_is_the_32_word_build():
+    assert program.source(32) == SOURCE
+    assert program.p4info(32).proto == P4Info.load().proto
+
+
+@pytest.mark.parametrize("words", header.PAYLOAD_WORDS)
+def test_each_build_differs_only_in_its_payload(words):
+    text, w = program.source(words), header.wire(words)
+    d, c = defines(text), consts(text)
+    assert d["QAINA_WORDS"] == words
+    assert d["POOL_WORDS"] == constants.POOL_COPIES * words
+    assert (c["QAINA_UDP_LEN"], c["QAINA_IPV4_LEN"]) == (w.udp_len, w.ipv4_len)
+    assert header.p4_header_fields(text, "payload_h") == [(f"w{i}", 32) for i in range(words)]
+    macro = re.search(r"#define ALL_WORDS\(OP\)((?:.*\\\n)*.*)", text).group(1)
+    assert [int(i) for i in re.findall(r"OP\((\d+)\)", macro)] == list(range(words))
+    changed = [line for line in difflib.unified_diff(SOURCE.splitlines(), text.splitlines(),
+                                                     lineterm="", n=0)
+               if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    allowed = re.compile(r"^[-+](#define (QAINA|POOL)_WORDS|const bit<16> QAINA_(UDP|IPV4)_LEN"
+                         r"|    bit<32> w\d+;|    OP\(\d+\))")
+    assert all(allowed.match(line) for line in changed), changed[:5]
+    sizes = {r.name: r.size for r in program.p4info(words).registers.values()}
+    assert sizes["MyIngress.agg_sum"] == constants.POOL_COPIES * words
+    assert program.words_of(program.p4info(words)) == words
+
+
+@pytest.mark.skipif(shutil.which("p4c") is None,
+                    reason="p4c not on PATH (BMv2/p4c come from the Vagrant VM or a P4 "
+                           "toolchain install)")
+@pytest.mark.parametrize("words", header.PAYLOAD_WORDS)
+def test_p4c_emits_each_builds_p4info(words, tmp_path):
+    _, info_path = compile_p4(words, cache=tmp_path)
+    generated = p4info_pb2.P4Info()
+    text_format.Parse(info_path.read_text(), generated)
+    assert generated == program.p4info(words).proto

@@ -215,7 +215,7 @@ def test_only_the_primary_writes_and_foreign_programs_are_refused(fresh):
             fresh.conn._call("SetForwardingPipelineConfig", call, req)
         else:
             with pytest.raises(ControlError, match="INVALID_ARGUMENT: this embedded switch "
-                                                   "runs qaina.p4 only"):
+                                                   "runs the builds of qaina.p4 only"):
                 fresh.conn._call("SetForwardingPipelineConfig", call, req)
     if fresh.kind == "embedded":
         assert len(fresh.conn.read_counter("MyIngress.drops")) == 16  # qaina.p4 still runs

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,11 +61,13 @@ def check_exact_aggregates(directory: Path, summary: dict):
                for w in range(job["workers"])]
         for i in range(summary["iterations"]):
             # the format of the iteration: GradiVeQ's exact ones are 32-bit
-            fmt = LaneFormat(int(npz[0][f"bits_{i}"]), job["workers"])
+            bits = int(npz[0][f"bits_{i}"])
+            fmt = LaneFormat(bits, job["workers"], summary.get("packed", True) or bits == 32)
             levels = np.stack([z[f"levels_{i}"].astype(np.int64) for z in npz])
             total = (2 * levels - 1).sum(axis=0) if fmt.bits == 1 else levels.sum(axis=0)
             scale = npz[0][f"scale_{i}"]
-            expected = Quantizer(fmt).dequantize_sum(total, scale, 32 * fmt.lanes)
+            words = summary.get("payload_words", 32)
+            expected = Quantizer(fmt).dequantize_sum(total, scale, words * fmt.lanes)
             for w, z in enumerate(npz):
                 assert np.array_equal(z[f"sums_{i}"], total), \
                     f"job {job['job_id']} worker {w} iteration {i}: level sums differ"
@@ -223,6 +226,61 @@ def test_ring_all_reduce_baseline_is_exact_over_the_same_fabric(tmp_path):
     assert all(int(r["bytes_sent"]) >= 2 * 3 / 4 * words for r in rows)
 
 
+@pytest.mark.parametrize("words", [64, 256])
+def test_larger_payload_builds_aggregate_exactly(tmp_path, target, words):
+    """A run on the 64- or 256-word build of qaina.p4: every chunk exact, and the
+    packets are as long as the build's."""
+    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[4],
+                                 iterations=2, payload_words=words, target=target)
+    assert summary["complete"], summary["errors"]
+    assert summary["switch_program"]["payload_words"] == words
+    check_exact_aggregates(directory, summary)
+    rows = list(csv.DictReader(open(directory / "iterations.csv")))
+    frame = 14 + 20 + 8 + 12 + 4 * words
+    assert all(int(r["bytes_sent"]) == int(r["packets_sent"]) * frame for r in rows)
+    elements = summary["jobs"][0]["elements_per_iteration"]
+    assert all(int(r["packets_sent"]) >= -(-elements // (words * 5)) for r in rows)
+
+
+def test_unpacked_baseline_spends_a_register_per_value(tmp_path):
+    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[8],
+                                 iterations=2, pack=False)
+    assert summary["complete"], summary["errors"]
+    job = summary["jobs"][0]
+    assert job["elements_per_register"] == 1 and summary["packed"] is False
+    check_exact_aggregates(directory, summary)
+    # 8 value bits in every 32-bit register (tail padding aside)
+    assert 0.2 < job["register_bit_efficiency"] <= 0.25
+
+
+def test_parameter_server_baseline_is_exact(tmp_path):
+    summary, directory = execute(tmp_path, topo="leafspine", jobs=2, workers=2, bits=[4],
+                                 iterations=2, mode="ps")
+    assert summary["complete"], summary["errors"]
+    check_exact_aggregates(directory, summary)
+    for job in summary["jobs"]:
+        assert job["slots_peak"] is None
+    logs = sorted(p.name for p in (directory / "logs").glob("ps*.log"))
+    assert logs == ["ps1.log", "ps2.log"]
+    for name in logs:  # each server reduced every iteration's scales and words, then ended
+        text = (directory / "logs" / name).read_text()
+        assert re.search(r"parameter server: ([4-9]|\d\d+) reductions for 2 workers", text), text
+
+
+@pytest.mark.parametrize("mode", ["ring", "ps"])
+def test_fp32_baselines_sum_the_float_gradients(tmp_path, mode):
+    """--quantizer none: the hosts sum float32 gradients; the error is float rounding."""
+    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[32],
+                                 iterations=2, mode=mode, quantizer="none")
+    assert summary["complete"], summary["errors"]
+    job = summary["jobs"][0]
+    assert job["rel_error_max"] < 1e-6
+    rows = list(csv.DictReader(open(directory / "iterations.csv")))
+    fp32 = 4 * job["elements_per_iteration"]
+    share = 2 * 3 / 4 if mode == "ring" else 1.0
+    assert all(int(r["bytes_sent"]) >= share * fp32 for r in rows)
+
+
 FORGER = """
 import socket, struct, sys, time
 from qaina_bench.p4.header import FLAG_RESULT, QAINA_STRUCT, QAINA_UDP_PORT, QAINA_WORDS
@@ -232,9 +290,12 @@ s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 junk = struct.pack("!%dI" % QAINA_WORDS, *([0x5A5A5A5A] * QAINA_WORDS))
 end = time.monotonic() + float(sys.argv[4])
 while time.monotonic() < end:
-    for seq in range(400):
-        s.sendto(QAINA_STRUCT.pack(job, worker, FLAG_RESULT, 0, 0, 0, seq) + junk,
-                 (target, QAINA_UDP_PORT))
+    try:
+        for seq in range(400):
+            s.sendto(QAINA_STRUCT.pack(job, worker, FLAG_RESULT, 0, 0, 0, seq) + junk,
+                     (target, QAINA_UDP_PORT))
+    except OSError:  # the run ended first and took the host's network with it
+        break
     time.sleep(0.01)
 """
 

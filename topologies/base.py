@@ -55,3 +55,11 @@ class QainaTopo(Topo):
             raise ValueError(f"{jobs} jobs x {workers} workers need {jobs * workers} hosts, "
                              f"the topology has {len(hosts)}")
         return [hosts[j * workers:(j + 1) * workers] for j in range(jobs)]
+
+    def server_hosts(self, jobs: int, workers: int) -> list[str]:
+        """The parameter server of each job (``--mode ps``): the hosts after the
+        workers, one per job."""
+        hosts = sorted(self.hosts(), key=lambda h: int(h[1:]))[jobs * workers:]
+        if len(hosts) < jobs:
+            raise ValueError(f"{jobs} parameter servers need {jobs} hosts beyond the workers")
+        return hosts[:jobs]

@@ -15,7 +15,7 @@ import itertools
 import numpy as np
 
 from ..constants import RESULT_TTL
-from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_RESULT, FRAME_LEN, IP_DST, IP_FLAGS_FRAG,
+from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_RESULT, IP_DST, IP_FLAGS_FRAG,
                       IP_PROTO, IP_SRC, IP_TOTAL_LEN, IP_TTL, IP_VIHL, PAYLOAD_OFFSET,
                       QAINA_AT, QAINA_OFFSET, UDP_CSUM, UDP_DPORT)
 from .parser import ETHERTYPE_IPV4, HEADERS
@@ -61,7 +61,7 @@ def window_member(p, in_port: int, slots, lengths, frames: np.ndarray):
     """``(member, slot ids)`` if the burst is one member's first contributions to
     distinct slots that every check of ``qaina.p4`` admits, else None."""
     k = len(lengths)
-    if min(lengths) < FRAME_LEN:
+    if min(lengths) < p.frame_len:
         return None
     checked = frames[:k, _CHECKED] & _SHARED_MASK
     if not (checked == checked[0]).all():
@@ -103,7 +103,7 @@ def apply_window(p, in_port: int, slots, lengths, frames: np.ndarray) -> bool:
     p.agg_seen[slot_ids + (p.pool_slots - ver_pool)] &= ~mask & 0xFFFFFFFF  # shadows
     count = p.agg_count[copies]
     opened = count == 0
-    payloads = frames[:k, PAYLOAD_OFFSET:FRAME_LEN].view(">u4")
+    payloads = frames[:k, PAYLOAD_OFFSET:p.frame_len].view(">u4")
     if opened.all():
         p.agg_sum[copies] = payloads
     elif not opened.any():
@@ -131,9 +131,9 @@ def _results_to_all(p, slots, frames: np.ndarray, done: np.ndarray, copies, exps
     """``result_to_all`` for the completed slots ``done`` of the burst, then the PRE."""
     k = len(copies)
     if len(done) == k:  # every packet completed its slot: work in place
-        results = frames[:k, :FRAME_LEN]
+        results = frames[:k, :p.frame_len]
     else:
-        results, copies, exps = frames[done, :FRAME_LEN], copies[done], exps[done]
+        results, copies, exps = frames[done, :p.frame_len], copies[done], exps[done]
     results[:, PAYLOAD_OFFSET:].view(">u4")[...] = p.agg_sum[copies]
     results[:, _EXP] = exps.view(np.uint8)
     results[:, _FLAGS] = FLAG_RESULT
@@ -142,7 +142,7 @@ def _results_to_all(p, slots, frames: np.ndarray, done: np.ndarray, copies, exps
     results[:, IP_TTL] = RESULT_TTL
     results[:, UDP_CSUM] = 0
     if len(done) < k:
-        frames[done, :FRAME_LEN] = results  # fancy indexing copied them
+        frames[done, :p.frame_len] = results  # fancy indexing copied them
     pre = p.pre
     replicas, block = pre.plan(group)
     if not replicas:

@@ -28,10 +28,9 @@ import struct
 import numpy as np
 
 from ..constants import MAX_JOBS, MAX_WORKERS, RESULT_TTL, Drop
-from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_RESULT, FLAG_RETX, FRAME_LEN,
-                      IP_CSUM, IP_DST, IP_SRC, IP_TTL, IPV4_TOTAL_LEN,
-                      PAYLOAD_OFFSET, QAINA_AT, QAINA_UDP_PORT, QAINA_WORDS, UDP_CSUM,
-                      UDP_TOTAL_LEN, ipv4_checksum)
+from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_RESULT, FLAG_RETX, IP_CSUM, IP_DST,
+                      IP_SRC, IP_TTL, PAYLOAD_OFFSET, PAYLOAD_WORDS, QAINA_AT, QAINA_UDP_PORT,
+                      UDP_CSUM, ipv4_checksum, wire)
 from ..p4info import P4Info
 from .burst import BURST_MIN, apply_window
 from .parser import ETHERTYPE_IPV4, FRAGMENT, HEADERS, IP_PROTO_UDP
@@ -49,17 +48,20 @@ _FLAGS, _EXP = QAINA_AT["flags"], QAINA_AT["exp"]
 #: A frame slot is placed at this offset modulo 4 in its buffer so that the payload
 #: words are 4-byte aligned.
 SLOT_ALIGN_OFFSET = (-PAYLOAD_OFFSET) % 4
+MAX_WORDS = max(PAYLOAD_WORDS)
+SLOT_MIN = wire(MAX_WORDS).frame_len
 
 
 def frame_slot(buffer, offset: int, size: int) -> tuple[memoryview, np.ndarray]:
-    """A frame slot for ``Pipeline.process_burst``: ``size`` (at least ``FRAME_LEN``)
-    writable bytes of ``buffer`` at ``offset``, and the numpy view (big-endian words)
-    of where an aggregation packet's payload lies in them."""
-    if size < FRAME_LEN or offset + size > len(memoryview(buffer)):
-        raise ValueError(f"a frame slot needs {FRAME_LEN}..{len(memoryview(buffer)) - offset} "
+    """A frame slot for ``Pipeline.process_burst``: ``size`` (at least ``SLOT_MIN``,
+    an aggregation packet of the largest build) writable bytes of ``buffer`` at
+    ``offset``, and the numpy view (big-endian words) of where the largest build's
+    payload lies in them."""
+    if size < SLOT_MIN or offset + size > len(memoryview(buffer)):
+        raise ValueError(f"a frame slot needs {SLOT_MIN}..{len(memoryview(buffer)) - offset} "
                          f"bytes, got {size}")
     view = memoryview(buffer)[offset:offset + size]
-    words = np.ndarray((QAINA_WORDS,), dtype=">u4", buffer=buffer,
+    words = np.ndarray((MAX_WORDS,), dtype=">u4", buffer=buffer,
                        offset=offset + PAYLOAD_OFFSET)
     return view, words
 
@@ -91,7 +93,7 @@ class Pipeline:
         #: the same as flat memoryviews, for the packet path (cell 2i: packets of i)
         self.cells = {name: memoryview(arr.reshape(-1)) for name, arr in self.counters.items()}
         self.pre = Replication(port_tx or (lambda port: PortTx(tx, port)),
-                               self.cells["MyEgress.results_sent"])
+                               self.cells["MyEgress.results_sent"], self.frame_len)
         #: multicast group id -> [(egress port, instance)]
         self.mcast_groups = self.pre.groups
         self.internal_errors = 0
@@ -114,10 +116,15 @@ class Pipeline:
         than numpy indexing; the arrays stay the state P4Runtime reads)."""
         reg = {r.name: r for r in p4info.registers.values()}
         copies = reg["MyIngress.agg_seen"].size
-        if reg["MyIngress.agg_sum"].size != copies * QAINA_WORDS:
-            raise PipelineError("INVALID_ARGUMENT", "agg_sum must hold QAINA_WORDS per slot copy")
+        words, rest = divmod(reg["MyIngress.agg_sum"].size, copies)
+        if rest or words not in PAYLOAD_WORDS:
+            raise PipelineError("INVALID_ARGUMENT", "agg_sum must hold the payload words of a "
+                                f"qaina.p4 build ({PAYLOAD_WORDS}) per slot copy")
+        #: the build this pipeline runs: payload words and packet lengths
+        self.wire = wire(words)
+        self.words, self.frame_len = words, self.wire.frame_len
         self.pool_slots = copies // 2
-        self.agg_sum = np.zeros((copies, QAINA_WORDS), dtype=np.uint32)
+        self.agg_sum = np.zeros((copies, words), dtype=np.uint32)
         self.agg_seen = np.zeros(copies, dtype=np.uint32)
         self.agg_count = np.zeros(copies, dtype=np.uint8)
         self.agg_exp = np.zeros(copies, dtype=np.int8)
@@ -234,7 +241,7 @@ class Pipeline:
         aggregator, unpack, check = self.aggregator, HEADERS.unpack_from, self.check
         for (buf, payload), length in zip(slots, lengths):
             try:
-                if length < FRAME_LEN:
+                if length < self.frame_len:
                     self._process_short(in_port, buf, length)
                     continue
                 h = unpack(buf, ETH_TYPE)
@@ -258,8 +265,8 @@ class Pipeline:
         (_, vihl, total_len, frag, _, proto, src, _, dport, udp_len,
          job_id, worker, flags, slot, ver, _, _) = h
         if (vihl & 0x0F != 5 or frag & FRAGMENT or proto != IP_PROTO_UDP
-                or total_len != IPV4_TOTAL_LEN or dport != QAINA_UDP_PORT
-                or udp_len != UDP_TOTAL_LEN):
+                or total_len != self.wire.ipv4_len or dport != QAINA_UDP_PORT
+                or udp_len != self.wire.udp_len):
             return Drop.MALFORMED  # MyParser left qaina/payload invalid, or lengths
         if flags & FLAG_RESULT or ver > 1:
             return Drop.BAD_FLAGS
@@ -281,6 +288,7 @@ class Pipeline:
         """The register part of ``MyIngress.apply`` for an admitted contribution."""
         worker, _, cell, n_workers, _, _, group = member
         slot, ver, exp = h[13], h[14], h[15]
+        payload = payload[:self.words]
         # qaina.p4 indexes its registers with bit<32> arithmetic: slot + ver * POOL_SLOTS.
         copy, shadow = (slot + self.pool_slots, slot) if ver else (slot, slot + self.pool_slots)
         mask = 1 << worker
@@ -344,7 +352,7 @@ class Pipeline:
         self.pre.count(cell, 1)
         if self.pre.pending:  # frames leave in the order their packets caused them
             self.pre.flush()
-        self.tx(in_port, buf[:FRAME_LEN])
+        self.tx(in_port, buf[:self.frame_len])
 
     def _process_short(self, in_port: int, buf, length: int):
         """A frame shorter than an aggregation packet: IPv4 to forward, or a drop."""

@@ -49,11 +49,13 @@ def _ip_sum(ip: bytes) -> int:
 class Replication:
     """Multicast groups, the egress rewrites, and the results waiting to go out."""
 
-    def __init__(self, port_tx, results_sent):
+    def __init__(self, port_tx, results_sent, frame_len: int = FRAME_LEN):
         """``port_tx(port)`` returns what transmits on ``port`` (``send(frame)``,
         ``send_block(frames)``) or None; ``results_sent`` is the flat memoryview of
-        ``MyEgress.results_sent`` (packets, bytes per job index)."""
+        ``MyEgress.results_sent`` (packets, bytes per job index); ``frame_len`` is
+        the length of a result (the pipeline's build)."""
         self.port_tx = port_tx
+        self.frame_len = frame_len
         self.results_sent = results_sent
         #: multicast group id -> [(egress port, instance)], as P4Runtime wrote it
         self.groups: dict[int, list[tuple[int, int]]] = {}
@@ -62,13 +64,13 @@ class Replication:
         #: results completed and not sent yet: (frame, job counter cell, group)
         self.pending: list[tuple] = []
         self._plans: dict[int, tuple] = {}
-        self._stage = np.zeros((0, FRAME_LEN), dtype=np.uint8)  # results of one block
+        self._stage = np.zeros((0, frame_len), dtype=np.uint8)  # results of one block
         self._stage_rows: list[memoryview] = []
 
     def count(self, cell: int, copies: int):
         c = self.results_sent
         c[cell] += copies
-        c[cell + 1] += copies * FRAME_LEN
+        c[cell + 1] += copies * self.frame_len
 
     # -- replicas ------------------------------------------------------------------------
     def plan(self, group: int) -> tuple:
@@ -135,10 +137,10 @@ class Replication:
         of each that will be sent."""
         k = len(results)
         if len(self._stage) < k:
-            self._stage = np.zeros((max(k, 64), FRAME_LEN), dtype=np.uint8)
+            self._stage = np.zeros((max(k, 64), self.frame_len), dtype=np.uint8)
             self._stage_rows = [memoryview(row) for row in self._stage]
         for row, (buf, cell, _) in zip(self._stage_rows, results):
-            row[:] = buf[:FRAME_LEN]
+            row[:] = buf[:self.frame_len]
             self.count(cell, copies)
         return self._stage[:k]
 
@@ -151,7 +153,7 @@ class Replication:
         # checksum is the sum of the rest plus the destination's two 16-bit halves.
         words = _IPV4_WORDS.unpack_from(buf, IP_VIHL)
         rest = sum(words) - words[5] - words[8] - words[9]
-        frame = buf[:FRAME_LEN]
+        frame = buf[:self.frame_len]
         for send, mac, ip, worker, ip_sum in replicas:
             if mac is None:
                 mac, ip, worker, ip_sum = sender
@@ -178,8 +180,8 @@ class Replication:
         # complement sum is (s - 1) % 0xFFFF + 1.
         sums = ip_sums + results[:, IP_VIHL:IP_DST.stop].view(">u2") @ _REST_WORDS
         checksums = (0xFFFE - (sums - 1) % 0xFFFF).astype(">u2")
-        frames = np.empty((count, k, FRAME_LEN), dtype=np.uint8)
-        frames[...] = results[:, :FRAME_LEN]
+        frames = np.empty((count, k, results.shape[1]), dtype=np.uint8)
+        frames[...] = results
         frames[:, :, ETH_DST] = macs
         frames[:, :, IP_DST] = ips
         frames[:, :, _WORKER] = workers

@@ -23,6 +23,8 @@ import grpc
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from .. import program
+from ..header import PAYLOAD_WORDS
 from ..p4info import P4Info, decode, difference, encode
 from .pipeline import Pipeline, PipelineError
 
@@ -55,13 +57,18 @@ class StreamClosed(Exception):
         self.code = code
 
 
+READ_PART = 32768  # entities per ReadResponse (a register cell takes about 20 bytes)
+
+
 class Device:
     """One switch as P4Runtime sees it: device id, pipeline config, clients."""
 
     def __init__(self, device_id: int, make_pipeline, p4info: P4Info | None = None):
         self.device_id = device_id
         self.make_pipeline = make_pipeline  # P4Info -> Pipeline (installed in the switch)
-        self.p4info = p4info or P4Info.load()  # the only program this device runs
+        #: the programs this device runs: the builds of qaina.p4 (or the one given)
+        self.programs = ([p4info] if p4info is not None else
+                         [program.p4info(w) for w in PAYLOAD_WORDS])
         self.pipeline: Pipeline | None = None
         self.config = None  # ForwardingPipelineConfig as last set
         self.lock = threading.RLock()
@@ -219,21 +226,31 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self._check_primary(request.election_id, context)
         if not request.HasField("config"):
             _abort(context, "INVALID_ARGUMENT", "no config given")
-        why = difference(self.device.p4info.proto, request.config.p4info)
-        if why:
-            _abort(context, "INVALID_ARGUMENT",
-                   f"this embedded switch runs qaina.p4 only; the P4Info is not its: {why}")
+        info = self._program(request.config.p4info, context)
         if action == _ACTION.VERIFY:
             return p4runtime_pb2.SetForwardingPipelineConfigResponse()
         with self.device.lock:
-            if action == _ACTION.VERIFY_AND_COMMIT or self.device.pipeline is None:
-                # A fresh pipeline: empty tables and groups, zero registers and counters.
-                self.device.pipeline = self.device.make_pipeline(self.device.p4info)
+            pipeline = self.device.pipeline
+            if (action == _ACTION.VERIFY_AND_COMMIT or pipeline is None
+                    or pipeline.p4info is not info):
+                # A fresh pipeline: empty tables and groups, zero registers and counters
+                # (another build's registers cannot be reconciled: it is fresh too).
+                self.device.pipeline = self.device.make_pipeline(info)
             self.device.config = p4runtime_pb2.ForwardingPipelineConfig()
             self.device.config.CopyFrom(request.config)
         log.info("pipeline config set (%s, cookie %d)", _ACTION.Action.Name(action),
                  request.config.cookie.cookie)
         return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+
+    def _program(self, given, context) -> P4Info:
+        """The program of the device whose P4Info is ``given``; INVALID_ARGUMENT if none."""
+        for info in self.device.programs:
+            if info.proto == given:
+                return info
+        why = difference(self.device.programs[0].proto, given)
+        _abort(context, "INVALID_ARGUMENT",
+               "this embedded switch runs the builds of qaina.p4 only (payload words "
+               f"{', '.join(map(str, PAYLOAD_WORDS))}); the P4Info is none of them: {why}")
 
     def GetForwardingPipelineConfig(self, request, context):
         self._check_device(request.device_id, context)
@@ -399,7 +416,12 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     reader(pipeline, getattr(entity, kind), resp)
                 except PipelineError as exc:
                     _abort(context, exc.code, str(exc))
-        yield resp
+        # In parts: a whole agg_sum of a large build is more than gRPC's 4 MB message.
+        entities = resp.entities
+        for start in range(0, max(len(entities), 1), READ_PART):
+            part = p4runtime_pb2.ReadResponse()
+            part.entities.extend(entities[start:start + READ_PART])
+            yield part
 
     def _read_table_entry(self, pipeline, query, resp):
         tables = (pipeline.tables.values() if query.table_id == 0
