@@ -160,12 +160,12 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
 
 
 def testbed_bench(topo: str, bits: int, bw: float | None, iterations: int, workdir: Path,
-                  jobs: int, mode: str = "ina", workers: int = 4) -> dict:
+                  jobs: int, mode: str = "ina", workers: int = 4, **options) -> dict:
     """One ``up`` run; returns its summary."""
     from .config import RunConfig
     from .run import Run
     cfg = RunConfig(topo=topo, jobs=jobs, workers=workers, bits=[bits], iterations=iterations,
-                    bw=bw, results_dir=str(workdir), mode=mode)
+                    bw=bw, results_dir=str(workdir), mode=mode, **options)
     return Run(cfg, echo=lambda *a, **k: None).execute()
 
 
@@ -242,6 +242,37 @@ def comparison_table(workdir: Path, iterations: int, bw: float):
               f"{total['ina', 4] / total['ring', 4]:.1f}x those of a b=4 ring all-reduce")
 
 
+def ratio_table(workdir: Path, iterations: int, bw: float, repeat: int, workers: int = 8,
+                words: int = 256) -> float:
+    """In-network against ring all-reduce at b=4, n=``workers``, link-bound on the star:
+    mean iteration time of each over ``repeat`` runs, and their ratio (in-network /
+    ring; ring all-reduce moves 2(n-1)/n of the data per worker, so the ideal is
+    n / (2(n-1)): 0.57 at n = 8)."""
+    print(f"in-network against ring: star, 1 job x {workers} workers, b=4, {bw} Mbit/s, "
+          f"{words}-word packets, {iterations} iterations, {repeat} runs each")
+    times: dict[str, list[float]] = {"ina": [], "ring": []}
+    for k in range(repeat):
+        for mode in ("ina", "ring"):
+            s = testbed_bench("star", 4, bw, iterations, workdir, 1, mode, workers,
+                              payload_words=words)
+            j = s["jobs"][0]
+            times[mode].append(j["iteration_completion_mean_s"])
+            cpu = (s["validity"].get("cpu") or {}).get("saturated")
+            print(f"  run {k + 1} {mode:>4}: iteration {1e3 * times[mode][-1]:.1f} ms, "
+                  f"{j['retransmissions']} retransmissions"
+                  + (f" [CPU saturated: {cpu}]" if cpu else ""), flush=True)
+    ina, ring = (float(np.mean(times[m])) for m in ("ina", "ring"))
+    lo = min(times["ina"]) / max(times["ring"])
+    hi = max(times["ina"]) / min(times["ring"])
+    ideal = workers / (2 * (workers - 1))
+    print(f"  in-network {1e3 * ina:.1f} ms, ring {1e3 * ring:.1f} ms: ratio {ina / ring:.2f} "
+          f"(range {lo:.2f}-{hi:.2f}; ideal {ideal:.2f})")
+    return ina / ring
+
+
+TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m qaina_bench.harness.bench")
     sub = ap.add_subparsers(dest="what", required=True)
@@ -258,14 +289,24 @@ def main(argv=None) -> int:
     tb.add_argument("--bw", type=float, default=1.0, help="link Mbit/s (links the bottleneck)")
     tb.add_argument("--iterations", type=int, default=6)
     tb.add_argument("--repeat", type=int, default=3, help="runs of one config, for the CV")
+    tb.add_argument("--table", action="append", choices=TESTBED_TABLES,
+                    help="only these tables (repeatable; default all)")
+    tb.add_argument("--ratio-bw", type=float, default=2.0,
+                    help="link Mbit/s of the in-network / ring ratio")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
     if args.what == "testbed":
+        tables = args.table or TESTBED_TABLES
         with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
-            transport_table(Path(tmp), args.iterations)
-            repeat_table(Path(tmp), args.iterations, args.bw, args.repeat)
-            comparison_table(Path(tmp), args.iterations, args.bw)
+            if "transport" in tables:
+                transport_table(Path(tmp), args.iterations)
+            if "repeat" in tables:
+                repeat_table(Path(tmp), args.iterations, args.bw, args.repeat)
+            if "comparison" in tables:
+                comparison_table(Path(tmp), args.iterations, args.bw)
+            if "ratio" in tables:
+                ratio_table(Path(tmp), args.iterations, args.ratio_bw, args.repeat)
         return 0
     return switch_table(args.target or ["embedded"], args.bits or [4, 32], args.rate,
                         args.seconds, args.repeat)

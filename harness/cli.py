@@ -427,6 +427,61 @@ def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh,
         _fail(exc)
 
 
+# -- sweeps ---------------------------------------------------------------------------
+@main.command()
+@click.argument("spec_path", metavar="SPEC.yaml", type=click.Path())
+@click.option("--out", "out_dir", type=click.Path(),
+              help="sweep directory (default: results/sweeps/<spec name>[-quick])")
+@click.option("--quick", is_flag=True, help="the spec's small variant (for CI and a first look)")
+@click.option("--no-retry", is_flag=True, help="leave failed runs as they are when resuming")
+@click.option("--dry-run", is_flag=True, help="list the runs and stop")
+def sweep(spec_path, out_dir, quick, no_retry, dry_run):
+    """Run the cross product of SPEC.yaml's options, one result set per point and
+    repeat, and join their summaries in sweep.csv; run it again to resume (root)."""
+    import os
+    from .sweep import Spec, SweepError, plan
+    from .sweeprun import SweepInterrupted, run_sweep
+    try:
+        spec = Spec.load(spec_path, quick=quick)
+        target = Path(out_dir or Path("results") / "sweeps"
+                      / (spec.name + ("-quick" if quick else "")))
+        if dry_run:
+            for t in plan(spec, target):
+                click.echo(f"{t.cfg.run_id if t.cfg else '(refused)':>28}  "
+                           f"{t.point.describe()}  r{t.repeat}"
+                           + (f"  refused: {t.refused}" if t.refused else ""))
+            return
+        if os.geteuid() != 0:
+            raise SweepError("qaina-bench sweep needs root (Mininet, veth, raw sockets): "
+                             "run it as root or with sudo")
+        counts = run_sweep(spec, target, click.echo, retry_failed=not no_retry)
+    except SweepInterrupted:
+        click.echo(f"interrupted: what finished is in {target}/sweep.csv; run the same "
+                   "command again to resume", err=True)
+        sys.exit(130)
+    except (SweepError, ConfigError) as exc:
+        _fail(exc)
+    click.echo(f"sweep {spec.name}: {counts['complete']} runs done now, {counts['skipped']} "
+               f"done before or refused by the pool, {counts['failed']} did not complete; "
+               f"{target}/sweep.csv\nplot it: qaina-bench plot {target}")
+    if counts["failed"]:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("sweep_dir", type=click.Path())
+def plot(sweep_dir):
+    """Draw SWEEP_DIR's figure (its spec's plot section) from its sweep.csv."""
+    from .figures import plot_sweep
+    from .sweep import SweepError
+    try:
+        files = plot_sweep(Path(sweep_dir), click.echo)
+    except SweepError as exc:
+        _fail(exc)
+    for f in files:
+        click.echo(f"wrote {f}")
+
+
 # -- benchmarks ----------------------------------------------------------------------
 @main.group()
 def bench():
@@ -462,12 +517,21 @@ def bench_switch(targets, bits, rate, seconds, repeat):
 @click.option("--iterations", type=int, default=6, show_default=True)
 @click.option("--repeat", type=int, default=3, show_default=True,
               help="runs of one configuration, for the coefficient of variation")
-def bench_testbed(bw, iterations, repeat):
-    """Transport (retransmissions, time against the link rate, repeatability) and
-    elements/s of b=4 against b=32 and a ring, on star and leaf-spine (root)."""
+@click.option("--table", "tables", multiple=True,
+              type=click.Choice(["transport", "repeat", "comparison", "ratio"]),
+              help="only these tables (default all)")
+@click.option("--ratio-bw", type=float, default=2.0, show_default=True,
+              help="link Mbit/s of the in-network / ring ratio (n=8, b=4, 256 words)")
+def bench_testbed(bw, iterations, repeat, tables, ratio_bw):
+    """Transport (retransmissions, time against the link rate, repeatability),
+    elements/s of b=4 against b=32 and a ring, on star and leaf-spine, and the
+    in-network / ring iteration-time ratio at n=8 (root)."""
     from . import bench as b
-    sys.exit(b.main(["testbed", "--bw", str(bw), "--iterations", str(iterations),
-                     "--repeat", str(repeat)]))
+    args = ["testbed", "--bw", str(bw), "--iterations", str(iterations), "--repeat",
+            str(repeat), "--ratio-bw", str(ratio_bw)]
+    for t in tables:
+        args += ["--table", t]
+    sys.exit(b.main(args))
 
 
 @bench.command("codec")

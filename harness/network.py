@@ -8,6 +8,7 @@ per host and per aggregator address), and programs jobs on the aggregating switc
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -16,6 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from mininet.link import TCLink
+from mininet.log import lg
 from mininet.net import Mininet
 from mininet.node import Switch
 
@@ -82,6 +84,25 @@ class QainaSwitch(Switch):
         Switch.stop(self, deleteIntfs)
 
 
+class MininetLog:
+    """Mininet's own messages go to ``path`` while a testbed is up, not to the terminal
+    (tc's warnings at high link rates would break a run's progress lines)."""
+
+    def __init__(self, path: Path):
+        self.handler = logging.FileHandler(path)
+        self.handler.setFormatter(logging.Formatter("%(message)s"))
+        self.quieted = [(h, h.level) for h in lg.handlers]
+        for h, _ in self.quieted:
+            h.setLevel(logging.CRITICAL)
+        lg.addHandler(self.handler)
+
+    def close(self):
+        lg.removeHandler(self.handler)
+        self.handler.close()
+        for h, level in self.quieted:
+            h.setLevel(level)
+
+
 class Testbed:
     """A running topology whose switches are programmed over P4Runtime."""
 
@@ -99,11 +120,13 @@ class Testbed:
         self.net: Mininet | None = None
         self.conns: dict[str, SwitchConnection] = {}
         self.device_ids: dict[str, int] = {}
+        self.mininet_log: MininetLog | None = None
 
     # -- bring-up ----------------------------------------------------------------------
     def start(self, ready_timeout: float = 30.0):
         switch = partial(QainaSwitch, target=self.target, log_dir=self.log_dir,
                          record=self.record, log_packets=self.log_packets, words=self.words)
+        self.mininet_log = MininetLog(self.log_dir / "mininet.log")
         self.net = Mininet(topo=self.topo, switch=switch, link=TCLink, controller=None,
                            build=False, autoSetMacs=False)
         self.net.build()  # hosts, switches (each with its device id) and links
@@ -233,6 +256,9 @@ class Testbed:
             self.net = None
         if self.nft_loss:
             remove_table(self.loss_table)
+        if self.mininet_log is not None:
+            self.mininet_log.close()
+            self.mininet_log = None
         left = self.record.leftovers()
         if left:
             raise RuntimeError(f"teardown left {', '.join(left)}"

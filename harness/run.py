@@ -206,6 +206,7 @@ class Run:
         self.server_procs: list[tuple] = []  # (name, popen, log) of the parameter servers
         self.jobs: list[Job] = []
         self.status = "starting"
+        self.signalled = False
         self.switch_program: dict = {"target": cfg.target}  # what ran the switches
         self.sampler: Sampler | None = None
         self.events: dict[str, float] = {"invoked": self.t_invoked}
@@ -230,9 +231,11 @@ class Run:
             self.writer.note_error(f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            with ignored_signals():  # another Ctrl-C or SIGTERM must not cut it short
+            with ignored_signals() as held:  # another Ctrl-C or SIGTERM must not cut it short
                 self._teardown()
                 summary = self._write_results()
+            #: Ctrl-C or SIGTERM arrived while the run was torn down (a sweep stops then)
+            self.signalled = held.caught is not None
         return summary
 
     def _bring_up(self):

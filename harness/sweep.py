@@ -1,0 +1,355 @@
+"""Sweeps: the cross product of a spec's options, one result set per point and repeat.
+
+A sweep spec (YAML, see ``experiments/README.md``) holds:
+
+``name``            the sweep's name (letters, digits, ``.``, ``_``, ``-``)
+``base``            run options every point shares (``qaina-bench up``'s, as in a config.yaml)
+``grid``            axes to cross, in order: a run option with its list of values, or a
+                    named axis whose values are mappings ``{label: ..., option: value}``
+``repeats``         runs of every point (the plots show their mean and spread); the
+                    k-th repeat runs with seed + k - 1 unless the grid sets the seed
+``window_elements`` optional: every job keeps this many gradient elements in flight,
+                    so its slots are ceil(E / (payload words x values per word))
+``traces``          optional: trace sets to record first if they are missing
+``plot``            the figure ``qaina-bench plot`` draws (``harness/figures.py``)
+``quick``           optional: replaces parts of the spec for ``--quick`` (per grid axis)
+
+A sweep directory holds ``spec.yaml`` (the resolved spec), ``runs/<run-id>/`` (one
+result set per point and repeat), ``sweep.csv`` (their summaries joined, one row per
+run; ``harness/sweepcsv.py``) and ``sweep.log`` (what the runs printed). A point whose
+run finished is skipped when the sweep is run again, so Ctrl-C loses at most the run
+under way (its result set stays, renamed ``<run-id>.attempt<N>``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import yaml
+
+from ..hosts.lanes import LaneFormat
+from .config import RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing, _typed
+
+SPEC_KEYS = {"name", "description", "base", "grid", "repeats", "window_elements", "traces",
+             "plot", "quick"}
+#: options the sweep sets itself
+RESERVED = {"results_dir", "run_id"}
+OPTIONS = {f.name for f in fields(RunConfig)} - RESERVED
+TRACE_KEYS = {"name", "model", "hidden", "workers", "iterations", "dtype", "seed", "width",
+              "lr", "batch_size"}
+
+
+class SweepError(ValueError):
+    """A spec or sweep directory that cannot be used; the message says how to fix it."""
+
+
+@dataclass
+class Point:
+    """One combination of the grid's values."""
+
+    index: int
+    values: dict  # axis -> value (a variant axis: its label)
+    options: dict  # run options of this point beyond the base
+
+    def describe(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.values.items())
+
+
+@dataclass
+class Spec:
+    name: str
+    base: dict
+    grid: dict
+    repeats: int = 1
+    window_elements: int | None = None
+    traces: list | None = None
+    plot: dict | None = None
+    description: str = ""
+    path: str = ""
+
+    # -- loading -----------------------------------------------------------------------
+    @classmethod
+    def load(cls, path, quick: bool = False) -> "Spec":
+        where = str(path)
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError:
+            raise SweepError(f"sweep spec {where} does not exist") from None
+        except UnicodeDecodeError:
+            raise SweepError(f"sweep spec {where} is not text") from None
+        except OSError as exc:
+            raise SweepError(f"sweep spec {where}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise SweepError(f"sweep spec {where} is not valid YAML: "
+                             f"{str(exc).splitlines()[0]}") from None
+        return cls.from_dict(data, where, quick)
+
+    @classmethod
+    def from_dict(cls, data, where: str, quick: bool = False) -> "Spec":
+        if not isinstance(data, dict):
+            raise SweepError(f"{where}: a sweep spec is a mapping (name, base, grid, ...)")
+        unknown = sorted(str(k) for k in set(data) - SPEC_KEYS)
+        if unknown:
+            raise SweepError(f"{where}: unknown key(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(sorted(SPEC_KEYS))}")
+        data = dict(data)
+        if quick:
+            data = _apply_quick(data, where)
+        data.pop("quick", None)
+        name = data.get("name")
+        if not isinstance(name, str) or not RUN_ID.fullmatch(name) or len(name) > 60:
+            raise SweepError(f"{where}: name must be a short name (letters, digits, '.', '_', "
+                             f"'-'), got {name!r}")
+        spec = cls(name=name, base=_mapping(data.get("base", {}), f"{where}: base"),
+                   grid=_grid(data.get("grid"), where),
+                   repeats=_whole(data.get("repeats", 1), f"{where}: repeats", 1, 100),
+                   window_elements=(None if data.get("window_elements") is None else _whole(
+                       data["window_elements"], f"{where}: window_elements", 1, 10**9)),
+                   traces=_traces(data.get("traces"), where),
+                   plot=_mapping(data.get("plot", {}), f"{where}: plot"),
+                   description=str(data.get("description", "")), path=where)
+        _options(spec.base, f"{where}: base")
+        return spec
+
+    def to_yaml(self) -> str:
+        out = {k: v for k, v in asdict(self).items() if k != "path" and v not in (None, "")}
+        return yaml.safe_dump(out, sort_keys=False)
+
+    # -- points ------------------------------------------------------------------------
+    def points(self) -> list[Point]:
+        axes = list(self.grid.items())
+        out = []
+        for index, combo in enumerate(itertools.product(*(values for _, values in axes))):
+            values, options = {}, {}
+            for (axis, _), value in zip(axes, combo):
+                if isinstance(value, dict):
+                    values[axis] = value["label"]
+                    options.update({k: v for k, v in value.items() if k != "label"})
+                else:
+                    values[axis] = value
+                    options[axis] = value
+            out.append(Point(index, values, options))
+        return out
+
+    def config(self, point: Point, sweep_dir: Path, repeat: int) -> RunConfig:
+        """The run configuration of ``point``'s ``repeat``-th run (ConfigError if bad)."""
+        opts = {**self.base, **point.options}
+        where = f"point {point.index} ({point.describe()})"
+        cfg_opts = {k: _typed(k, v, where) for k, v in opts.items()}
+        cfg = RunConfig(**cfg_opts, results_dir=str(sweep_dir / "runs"),
+                        run_id=run_id(self, point, repeat))
+        if self.window_elements is not None and "slots" not in opts:
+            cfg.slots = slots_for(self.window_elements, cfg)
+        if "seed" not in point.options:  # repeats differ in the agents' random streams
+            cfg.seed += repeat - 1
+        return cfg
+
+
+def _apply_quick(data: dict, where: str) -> dict:
+    quick = data.get("quick")
+    if quick is None:
+        return data
+    quick = _mapping(quick, f"{where}: quick")
+    bad = sorted(set(quick) - (SPEC_KEYS - {"name", "quick", "plot"}))
+    if bad:
+        raise SweepError(f"{where}: quick may replace base, grid, repeats, window_elements, "
+                         f"traces, description; not {', '.join(bad)}")
+    out = dict(data)
+    for key, value in quick.items():
+        if key in ("base", "grid") and isinstance(value, dict):
+            out[key] = {**(data.get(key) or {}), **value}
+        else:
+            out[key] = value
+    return out
+
+
+def _mapping(value, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SweepError(f"{where} must be a mapping")
+    return dict(value)
+
+
+def _whole(value, where: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise SweepError(f"{where} must be a whole number in {low}..{high}, got {value!r}")
+    return value
+
+
+def _options(opts: dict, where: str):
+    unknown = sorted(str(k) for k in set(opts) - OPTIONS)
+    if unknown:
+        hint = " (the sweep sets results_dir and run_id)" if set(unknown) & RESERVED else ""
+        raise SweepError(f"{where}: unknown run option(s) {', '.join(unknown)}{hint}; "
+                         f"known: {', '.join(sorted(OPTIONS))}")
+
+
+def _grid(grid, where: str) -> dict:
+    if not isinstance(grid, dict) or not grid:
+        raise SweepError(f"{where}: grid must map at least one axis to its values")
+    out = {}
+    for axis, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise SweepError(f"{where}: grid axis {axis!r} needs a non-empty list of values")
+        variants = [v for v in values if isinstance(v, dict)]
+        if variants and len(variants) != len(values):
+            raise SweepError(f"{where}: grid axis {axis!r} mixes plain values and variants")
+        if variants:
+            labels = []
+            for v in variants:
+                if "label" not in v:
+                    raise SweepError(f"{where}: every variant of axis {axis!r} needs a label")
+                _options({k: x for k, x in v.items() if k != "label"},
+                         f"{where}: axis {axis!r} variant {v['label']!r}")
+                labels.append(str(v["label"]))
+            if len(set(labels)) != len(labels):
+                raise SweepError(f"{where}: axis {axis!r} repeats a label")
+        else:
+            _options({axis: None}, f"{where}: grid")
+        out[str(axis)] = values
+    return out
+
+
+def _traces(traces, where: str) -> list | None:
+    if traces is None:
+        return None
+    if not isinstance(traces, list):
+        raise SweepError(f"{where}: traces must be a list of trace sets to record")
+    for t in traces:
+        if not isinstance(t, dict) or "name" not in t:
+            raise SweepError(f"{where}: every trace to record needs a name")
+        bad = sorted(set(t) - TRACE_KEYS)
+        if bad:
+            raise SweepError(f"{where}: trace {t['name']!r}: unknown key(s) {', '.join(bad)}; "
+                             f"known: {', '.join(sorted(TRACE_KEYS))}")
+    return traces
+
+
+def slots_for(elements: int, cfg: RunConfig) -> int:
+    """Slots a job of ``cfg`` needs to keep ``elements`` values in flight: one slot
+    carries payload words x lanes values (the widest format of the run's jobs)."""
+    per_slot = min(cfg.payload_words * LaneFormat(b, cfg.workers, cfg.pack).lanes
+                   for b in cfg.job_bits())
+    return max(1, math.ceil(elements / per_slot))
+
+
+def run_id(spec: Spec, point: Point, repeat: int) -> str:
+    return f"{spec.name}-p{point.index:03d}-r{repeat}"
+
+
+def comparable(cfg: RunConfig) -> dict:
+    """What must match for a stored run to count as this point's."""
+    out = asdict(cfg)
+    out.pop("results_dir")
+    out.pop("trace_dirs")
+    return out
+
+
+def spec_digest(spec: Spec) -> str:
+    return hashlib.sha256(json.dumps(
+        {"grid": spec.grid, "base": spec.base, "window": spec.window_elements},
+        sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+# -- a sweep directory -------------------------------------------------------------------
+@dataclass
+class Task:
+    """One run of the sweep: a point's repeat, or a point the pool cannot hold."""
+
+    point: Point
+    repeat: int
+    cfg: RunConfig | None
+    refused: str | None = None  # why the run cannot be started (a pool too small)
+
+    @property
+    def directory(self) -> Path | None:
+        return Path(self.cfg.results_dir) / self.cfg.run_id if self.cfg else None
+
+
+def plan(spec: Spec, sweep_dir: Path) -> list[Task]:
+    """Every run of the sweep, each checked before anything starts: a spec error
+    raises SweepError, a point that does not fit the slot pool is kept as refused.
+    A trace set the spec records (``traces``) may be missing yet."""
+    tasks = []
+    recorded = {t["name"] for t in spec.traces or []}
+    for point in spec.points():
+        for repeat in range(1, spec.repeats + 1):
+            try:
+                cfg = spec.config(point, sweep_dir, repeat)
+                cfg.check()
+            except PoolError as exc:
+                tasks.append(Task(point, repeat, None, str(exc)))
+                continue
+            except TraceMissing as exc:
+                if cfg.trace not in recorded:
+                    raise SweepError(f"{spec.path}: point {point.index} "
+                                     f"({point.describe()}): {exc}") from None
+            except ConfigError as exc:
+                raise SweepError(f"{spec.path}: point {point.index} ({point.describe()}): "
+                                 f"{exc}") from None
+            tasks.append(Task(point, repeat, cfg))
+    return tasks
+
+
+def stored_status(task: Task) -> str | None:
+    """The status of the task's stored run ('complete', 'failed', ...), None if none;
+    SweepError if the stored run is of another configuration."""
+    d = task.directory
+    if d is None or not d.exists():
+        return None
+    try:
+        stored = RunConfig.from_yaml(d / "config.yaml")
+    except ConfigError:
+        return "unreadable"
+    if comparable(stored) != comparable(task.cfg):
+        diff = sorted(k for k, v in comparable(task.cfg).items()
+                      if comparable(stored).get(k) != v)
+        raise SweepError(f"{d} was run with other options ({', '.join(diff)}) than the spec "
+                         "now gives: use another --out, or remove that directory")
+    try:
+        return json.loads((d / "summary.json").read_text()).get("status", "unreadable")
+    except (OSError, ValueError):
+        return "unreadable"
+
+
+def set_aside(directory: Path) -> Path:
+    """Keep an unfinished run's result set under a new name; returns it."""
+    for n in itertools.count(1):
+        target = directory.with_name(f"{directory.name}.attempt{n}")
+        if not target.exists():
+            shutil.move(str(directory), str(target))
+            return target
+
+
+def prepare_traces(spec: Spec, echo) -> None:
+    """Record the trace sets the spec needs that cannot be found (user's directory)."""
+    from ..hosts.recorder import record
+    from ..hosts.traces import TraceError, find_trace
+    for t in spec.traces or []:
+        try:
+            find_trace(t["name"], spec.base.get("trace_dirs"))
+            continue
+        except TraceError:
+            pass
+        opts = {k: v for k, v in t.items() if k not in ("name", "lr")}
+        if "hidden" in opts:
+            opts["hidden"] = tuple(opts["hidden"])
+        if "lr" in t:
+            opts["learning_rate"] = t["lr"]
+        echo(f"recording trace set {t['name']} ({', '.join(f'{k} {v}' for k, v in t.items() if k != 'name')}) "
+             "into the user's trace directory")
+        start = time.monotonic()
+        try:
+            ts = record(t["name"], **opts)
+        except (TraceError, ImportError, ValueError) as exc:
+            raise SweepError(f"recording trace set {t['name']} failed: {exc}") from None
+        echo(f"  {ts.workers} workers x {ts.iterations} iterations x {ts.elements} elements "
+             f"in {time.monotonic() - start:.0f} s")

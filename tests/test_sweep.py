@@ -1,0 +1,196 @@
+"""Sweeps: specs checked before anything runs, points and their run options, the
+pool's refusals, and (as root) real sweeps that resume after Ctrl-C and plot."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from qaina_bench.harness.sweep import Spec, SweepError, plan, slots_for
+from qaina_bench.harness.config import RunConfig
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+CLI = [sys.executable, "-m", "qaina_bench.harness.cli"]
+
+
+def spec(**over) -> dict:
+    data = {"name": "t", "base": {"topo": "star", "jobs": 1, "workers": 2, "iterations": 1},
+            "grid": {"bits": [4, 32]}, "repeats": 1}
+    data.update(over)
+    return data
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"colour": 1}, "unknown key(s) colour"),
+    ({"name": "a/b"}, "name must be a short name"),
+    ({"grid": {}}, "grid must map at least one axis"),
+    ({"grid": {"bits": []}}, "needs a non-empty list"),
+    ({"grid": {"speed": [1, 2]}}, "unknown run option(s) speed"),
+    ({"grid": {"s": [{"bits": 4}]}}, "needs a label"),
+    ({"grid": {"s": [{"label": "a", "bits": 4}, 8]}}, "mixes plain values and variants"),
+    ({"grid": {"s": [{"label": "a", "bits": 4}, {"label": "a", "bits": 8}]}}, "repeats a label"),
+    ({"base": {"results_dir": "/tmp"}}, "the sweep sets results_dir and run_id"),
+    ({"repeats": 0}, "repeats must be a whole number"),
+    ({"quick": {"plot": {}}}, "quick may replace"),
+    ({"traces": [{"name": "x", "colour": 1}]}, "unknown key(s) colour"),
+])
+def test_bad_specs_are_one_clear_error(change, fragment):
+    with pytest.raises(SweepError) as err:
+        Spec.from_dict(spec(**change), "s.yaml", quick=True)
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_points_are_the_cross_product_in_order_with_variants(tmp_path):
+    s = Spec.from_dict(spec(grid={"jobs": [1, 2], "scheme": [
+        {"label": "b=4", "bits": 4}, {"label": "b=8 unpacked", "bits": 8, "pack": False}]},
+        repeats=2), "s.yaml")
+    points = s.points()
+    assert [p.values for p in points] == [
+        {"jobs": 1, "scheme": "b=4"}, {"jobs": 1, "scheme": "b=8 unpacked"},
+        {"jobs": 2, "scheme": "b=4"}, {"jobs": 2, "scheme": "b=8 unpacked"}]
+    cfg = s.config(points[3], tmp_path, 2)
+    assert (cfg.jobs, cfg.bits, cfg.pack, cfg.workers) == (2, [8], False, 2)
+    assert cfg.run_id == "t-p003-r2" and cfg.results_dir == str(tmp_path / "runs")
+    assert cfg.seed == 1  # the second repeat
+
+
+def test_quick_replaces_axes_and_keeps_the_rest():
+    data = spec(grid={"bits": [2, 4, 8], "jobs": [1, 2]}, repeats=3,
+                quick={"grid": {"bits": [4]}, "repeats": 1, "base": {"iterations": 2}})
+    s = Spec.from_dict(data, "s.yaml", quick=True)
+    assert s.grid == {"bits": [4], "jobs": [1, 2]} and s.repeats == 1
+    assert s.base["iterations"] == 2 and s.base["topo"] == "star"
+    assert len(Spec.from_dict(data, "s.yaml").points()) == 6
+
+
+def test_window_elements_size_the_slots_and_the_pool_refuses_what_does_not_fit(tmp_path):
+    # 2 workers: b=4 lanes are 5 bits, 6 per word, 192 values per 32-word slot;
+    # unpacked and 32-bit carry 32 values per slot.
+    assert slots_for(640, RunConfig(bits=[4], workers=2)) == 4
+    assert slots_for(640, RunConfig(bits=[8], workers=2, pack=False)) == 20
+    assert slots_for(640, RunConfig(bits=[4], workers=2, payload_words=256)) == 1
+    s = Spec.from_dict(spec(base={"topo": "star", "workers": 2, "pool_slots": 64,
+                                  "iterations": 1},
+                            window_elements=640,
+                            grid={"jobs": [1, 4], "bits": [4, 32]}), "s.yaml")
+    tasks = plan(s, tmp_path)
+    fits = {(t.point.values["jobs"], t.point.values["bits"]): t.refused for t in tasks}
+    assert fits[1, 4] is None and fits[4, 4] is None and fits[1, 32] is None
+    assert "do not fit a pool of 64 slots" in fits[4, 32]
+
+
+def test_a_point_that_cannot_run_names_the_point():
+    s = Spec.from_dict(spec(grid={"bits": [4, 5, 33]}), "s.yaml")
+    with pytest.raises(SweepError, match=r"point 2 \(bits=33\): --bits 33 is not supported"):
+        plan(s, Path("/tmp/nowhere"))
+
+
+@pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_specs_plan_in_full_and_quick(path, tmp_path):
+    for quick in (False, True):
+        s = Spec.load(path, quick=quick)
+        tasks = plan(s, tmp_path)
+        assert tasks and s.plot and s.plot.get("panels")
+        assert any(t.cfg is not None for t in tasks)
+
+
+def cli(*args, **kw):
+    return subprocess.run(CLI + list(args), capture_output=True, text=True, **kw)
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    r = cli("sweep", str(tmp_path / "missing.yaml"))
+    assert r.returncode != 0 and "does not exist" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = cli("plot", str(tmp_path))
+    assert r.returncode != 0 and "is not a sweep directory" in r.stderr
+    assert "Traceback" not in r.stderr
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00")
+    r = cli("sweep", str(tmp_path / "bin.yaml"))
+    assert "is not text" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_dry_run_lists_every_run(tmp_path):
+    r = cli("sweep", "--dry-run", "--quick", str(EXPERIMENTS / "qaina-jobs.yaml"),
+            "--out", str(tmp_path / "s"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 6 and sum("refused" in line for line in lines) == 2
+    assert not (tmp_path / "s").exists()
+
+
+# -- real sweeps (root, Mininet) ----------------------------------------------------------
+needs_mininet = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mnexec") is None,
+                                   reason="needs root and Mininet (apt-get install mininet)")
+
+
+def rows(directory: Path) -> list[dict]:
+    return list(csv.DictReader(open(directory / "sweep.csv")))
+
+
+@pytest.mark.slow
+@needs_mininet
+def test_sweep_resumes_after_ctrl_c_and_plots(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec(
+        grid={"bits": [4, 32], "workers": [2]}, repeats=2,
+        plot={"x": "bits", "series": "workers",
+              "panels": [{"y": "iteration_s", "ylabel": "iteration time (s)"}]})))
+    out = tmp_path / "sweep"
+    proc = subprocess.Popen(CLI + ["sweep", str(path), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out / "runs" / "t-p000-r1" / "summary.json").exists():
+        time.sleep(0.2)
+    time.sleep(1.0)  # the second run is starting
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "run the same command again to resume" in stderr
+    first = rows(out)
+    assert first and first[0]["status"] == "complete" and len(first) < 4
+    r = cli("sweep", str(path), "--out", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "1 already done" in r.stdout or "already done" in r.stdout
+    done = rows(out)
+    assert [(x["point"], x["repeat"], x["status"]) for x in done] == [
+        ("0", "1", "complete"), ("0", "2", "complete"), ("1", "1", "complete"),
+        ("1", "2", "complete")]
+    assert {x["bits"] for x in done} == {"4", "32"}
+    assert all(float(x["iteration_s"]) > 0 and float(x["elements_per_s"]) > 0 for x in done)
+    # the interrupted run was kept under another name, not lost
+    assert list((out / "runs").glob("*.attempt1")) or len(first) == 2
+    again = cli("sweep", str(path), "--out", str(out), timeout=120)
+    assert "0 to run" in again.stdout
+    p = cli("plot", str(out))
+    assert p.returncode == 0, p.stderr
+    assert (out / "figures" / "t.png").stat().st_size > 10_000
+    table = list(csv.DictReader(open(out / "figures" / "t.csv")))
+    assert {(t["x"], t["repeats"]) for t in table} == {("4", "2"), ("32", "2")}
+    # another spec may not write into this sweep's directory
+    path.write_text(yaml.safe_dump(spec(grid={"bits": [8]})))
+    r = cli("sweep", str(path), "--out", str(out))
+    assert r.returncode != 0 and "holds the sweep of another spec" in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.yaml")), ids=lambda p: p.stem)
+@needs_mininet
+def test_shipped_quick_sweeps_run_and_plot(path, tmp_path):
+    out = tmp_path / "q"
+    r = cli("sweep", "--quick", str(path), "--out", str(out), timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = rows(out)
+    assert got and all(x["status"] in ("complete", "refused") for x in got)
+    p = cli("plot", str(out))
+    assert p.returncode == 0, p.stderr
+    assert list((out / "figures").glob("*.png"))
