@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from ..hosts.lanes import LaneFormat
-from ..p4.header import QAINA_WORDS
+from ..p4 import program
+from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
 from .control import SwitchConnection
 from .jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_int, program_aggregator,
                    program_job, program_route)
@@ -42,23 +43,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _frames(job: Job, slots: int) -> list[tuple[int, bytes]]:
+def _frames(job: Job, slots: int, words: int = QAINA_WORDS) -> list[tuple[int, bytes]]:
     """(worker, frame) for two uses of every slot, in arrival order."""
-    from ..p4.header import (IP_CSUM, IPV4_TOTAL_LEN, QAINA_STRUCT, QAINA_UDP_PORT,
-                             UDP_TOTAL_LEN, ipv4_checksum)
+    from ..p4.header import IP_CSUM, QAINA_STRUCT, QAINA_UDP_PORT, ipv4_checksum, wire
+    lengths = wire(words)
     rng = np.random.default_rng(0)
     out = []
     for use in range(2):
         for slot in range(slots):
             for w in job.workers:
-                words = job.fmt.pack(rng.integers(-job.fmt.levels, job.fmt.levels + 1,
-                                                  QAINA_WORDS * job.fmt.lanes))
+                values = job.fmt.pack(rng.integers(-job.fmt.levels, job.fmt.levels + 1,
+                                                   words * job.fmt.lanes))
                 f = bytearray(AGG_MAC + w.mac.to_bytes(6, "big") + b"\x08\x00")
-                f += struct.pack("!BBHHHBBH", 0x45, 0, IPV4_TOTAL_LEN, 0, 0, 64, 17, 0)
+                f += struct.pack("!BBHHHBBH", 0x45, 0, lengths.ipv4_len, 0, 0, 64, 17, 0)
                 f += w.ip.to_bytes(4, "big") + AGG_IP.to_bytes(4, "big")
-                f += struct.pack("!HHHH", QAINA_UDP_PORT, QAINA_UDP_PORT, UDP_TOTAL_LEN, 0)
+                f += struct.pack("!HHHH", QAINA_UDP_PORT, QAINA_UDP_PORT, lengths.udp_len, 0)
                 f += QAINA_STRUCT.pack(job.job_id, w.index, 0, slot, use, 0, use * slots + slot)
-                f += words.astype(">u4").tobytes()
+                f += values.astype(">u4").tobytes()
                 struct.pack_into("!H", f, IP_CSUM, ipv4_checksum(f))
                 out.append((w.index, bytes(f)))
     return out
@@ -90,19 +91,20 @@ DEFAULT_RATES = {"embedded": [100_000, 150_000, 200_000, 250_000, 300_000],
                  "bmv2": [1_000, 2_000, 3_000, 4_000, 8_000, 12_000]}
 
 
-def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Path) -> dict:
+def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Path,
+                 words: int = QAINA_WORDS) -> dict:
     """Offer ``rate`` contributions/s for ``seconds`` to a switch of target ``kind``;
     return what the switch did."""
     veths = VethPorts(WORKERS)
     extra = {"thrift_port": _free_port()} if kind == "bmv2" else {}
     target = make_target(kind, "bench", {i + 1: sw for i, (sw, _) in enumerate(veths.names)},
-                         _free_port(), 1, workdir / f"{kind}-b{bits}-{rate:.0f}.log", cpu=0,
-                         **extra)
+                         _free_port(), 1, workdir / f"{kind}-b{bits}-w{words}-{rate:.0f}.log",
+                         cpu=0, words=words, **extra)
     conn = None
     socks = []
     try:
         target.start()
-        conn = SwitchConnection("bench", target.grpc_addr, 1)
+        conn = SwitchConnection("bench", target.grpc_addr, 1, p4info=program.p4info(words))
         target.wait_ready(conn)
         conn.arbitrate()
         conn.set_pipeline(target.device_config())
@@ -112,7 +114,7 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
         program_job(conn, job)
         for w in job.workers:
             program_route(conn, w.ip, 32, w.port)
-        frames = _frames(job, BENCH_SLOTS)
+        frames = _frames(job, BENCH_SLOTS, words)
         for _, host in veths.names:  # protocol 0: send only, results are not read
             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
             s.bind((host, 0))
@@ -145,8 +147,9 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
         aggregated = counters["MyIngress.agg_packets"][0][0]
         closed = counters["MyIngress.slots_closed"][0][0]
         fmt = job.fmt
-        elems = closed * QAINA_WORDS * fmt.lanes
-        return {"target": kind, "bits": bits, "lanes": fmt.lanes, "offered_pps": sent / elapsed,
+        elems = closed * words * fmt.lanes
+        return {"target": kind, "bits": bits, "words": words, "lanes": fmt.lanes,
+                "offered_pps": sent / elapsed,
                 "aggregated_pps": aggregated / elapsed, "aggregated_fraction": aggregated / sent,
                 "completions_per_s": closed / elapsed,
                 "fp32_gbps": elems * 32 / elapsed / 1e9}
@@ -243,18 +246,20 @@ def comparison_table(workdir: Path, iterations: int, bw: float):
 
 
 def ratio_table(workdir: Path, iterations: int, bw: float, repeat: int, workers: int = 8,
-                words: int = 256) -> float:
+                words: int = 256, trace: str = "digits-mlp-wide") -> float:
     """In-network against ring all-reduce at b=4, n=``workers``, link-bound on the star:
     mean iteration time of each over ``repeat`` runs, and their ratio (in-network /
     ring; ring all-reduce moves 2(n-1)/n of the data per worker, so the ideal is
     n / (2(n-1)): 0.57 at n = 8)."""
     print(f"in-network against ring: star, 1 job x {workers} workers, b=4, {bw} Mbit/s, "
-          f"{words}-word packets, {iterations} iterations, {repeat} runs each")
+          f"{words}-word packets, trace {trace}, {iterations} iterations, {repeat} runs each")
+    from ..hosts.recorder import ensure
+    ensure(trace, log=print)
     times: dict[str, list[float]] = {"ina": [], "ring": []}
     for k in range(repeat):
         for mode in ("ina", "ring"):
             s = testbed_bench("star", 4, bw, iterations, workdir, 1, mode, workers,
-                              payload_words=words)
+                              payload_words=words, trace=trace)
             j = s["jobs"][0]
             times[mode].append(j["iteration_completion_mean_s"])
             cpu = (s["validity"].get("cpu") or {}).get("saturated")
@@ -284,6 +289,8 @@ def main(argv=None) -> int:
                     help="offered contributions/s (repeatable; default a sweep)")
     sw.add_argument("--seconds", type=float, default=4.0)
     sw.add_argument("--repeat", type=int, default=1, help="runs per rate (mean and range)")
+    sw.add_argument("--payload-words", type=int, action="append", choices=PAYLOAD_WORDS,
+                    help="the qaina.p4 build (repeatable; default 32)")
     tb = sub.add_parser("testbed", help="elements/s of b=4 against b=32 and against a ring "
                                         "all-reduce, on real topologies")
     tb.add_argument("--bw", type=float, default=1.0, help="link Mbit/s (links the bottleneck)")
@@ -291,8 +298,10 @@ def main(argv=None) -> int:
     tb.add_argument("--repeat", type=int, default=3, help="runs of one config, for the CV")
     tb.add_argument("--table", action="append", choices=TESTBED_TABLES,
                     help="only these tables (repeatable; default all)")
-    tb.add_argument("--ratio-bw", type=float, default=2.0,
+    tb.add_argument("--ratio-bw", type=float, default=3.0,
                     help="link Mbit/s of the in-network / ring ratio")
+    tb.add_argument("--ratio-trace", default="digits-mlp-wide",
+                    help="trace set of the in-network / ring ratio")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
@@ -306,44 +315,51 @@ def main(argv=None) -> int:
             if "comparison" in tables:
                 comparison_table(Path(tmp), args.iterations, args.bw)
             if "ratio" in tables:
-                ratio_table(Path(tmp), args.iterations, args.ratio_bw, args.repeat)
+                ratio_table(Path(tmp), args.iterations, args.ratio_bw, args.repeat,
+                            trace=args.ratio_trace)
         return 0
     return switch_table(args.target or ["embedded"], args.bits or [4, 32], args.rate,
-                        args.seconds, args.repeat)
+                        args.seconds, args.repeat, args.payload_words or [QAINA_WORDS])
 
 
 def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
-                 repeat: int = 1) -> int:
-    """Print offered and aggregated pps per target, bit width and rate (mean, and the
-    range over ``repeat`` runs); with two targets, the ratio of their best means."""
+                 repeat: int = 1, words_list=(QAINA_WORDS,)) -> int:
+    """Print offered and aggregated pps per target, bit width, payload size and rate
+    (mean, and the range over ``repeat`` runs); with two targets, the ratio of their
+    best means."""
     from .targets import bmv2_missing, toolchain
     if "bmv2" in kinds and bmv2_missing():
         print(f"bmv2: {bmv2_missing()}")
         return 2
     if "bmv2" in kinds:
         print(f"bmv2: {toolchain()['simple_switch_grpc']}")
-    print(f"{'target':>8} {'bits':>4} {'m':>2} {'offered pps':>12} {'aggregated pps':>15} "
-          f"{'range':>17} {'agg %':>6} {'fp32 Gbit/s':>11}")
-    best: dict[tuple[str, int], float] = {}
+    print(f"{'target':>8} {'bits':>4} {'m':>2} {'words':>5} {'offered pps':>12} "
+          f"{'aggregated pps':>15} {'range':>17} {'agg %':>6} {'fp32 Gbit/s':>11}")
+    best: dict[tuple[str, int, int], float] = {}
     with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
         for kind in kinds:
             for bits in bits_list:
-                for rate in rates or DEFAULT_RATES[kind]:
-                    runs = [switch_bench(kind, bits, rate, seconds, Path(tmp))
-                            for _ in range(repeat)]
-                    agg = [r["aggregated_pps"] for r in runs]
-                    offered = float(np.mean([r["offered_pps"] for r in runs]))
-                    mean = float(np.mean(agg))
-                    best[kind, bits] = max(best.get((kind, bits), 0.0), mean)
-                    print(f"{kind:>8} {bits:>4} {runs[0]['lanes']:>2} {offered:>12,.0f} "
-                          f"{mean:>15,.0f} {min(agg):>8,.0f}-{max(agg):<8,.0f} "
-                          f"{100 * mean / offered:>5.1f}% "
-                          f"{np.mean([r['fp32_gbps'] for r in runs]):>11.3f}", flush=True)
+                for words in words_list:
+                    for rate in rates or DEFAULT_RATES[kind]:
+                        runs = [switch_bench(kind, bits, rate, seconds, Path(tmp), words)
+                                for _ in range(repeat)]
+                        agg = [r["aggregated_pps"] for r in runs]
+                        offered = float(np.mean([r["offered_pps"] for r in runs]))
+                        mean = float(np.mean(agg))
+                        key = kind, bits, words
+                        best[key] = max(best.get(key, 0.0), mean)
+                        print(f"{kind:>8} {bits:>4} {runs[0]['lanes']:>2} {words:>5} "
+                              f"{offered:>12,.0f} {mean:>15,.0f} "
+                              f"{min(agg):>8,.0f}-{max(agg):<8,.0f} "
+                              f"{100 * mean / offered:>5.1f}% "
+                              f"{np.mean([r['fp32_gbps'] for r in runs]):>11.3f}", flush=True)
     if len(kinds) == 2:
         a, b = kinds
         for bits in bits_list:
-            print(f"b={bits}: {a} aggregated at most {best[a, bits]:,.0f} pps, {b} "
-                  f"{best[b, bits]:,.0f} pps: ratio {best[a, bits] / best[b, bits]:.1f}")
+            for words in words_list:
+                print(f"b={bits}, {words} words: {a} aggregated at most "
+                      f"{best[a, bits, words]:,.0f} pps, {b} {best[b, bits, words]:,.0f} pps: "
+                      f"ratio {best[a, bits, words] / best[b, bits, words]:.1f}")
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..p4.header import PAYLOAD_WORDS
+from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
 from .config import ConfigError, RunConfig, check_system
 
 DEFAULTS = RunConfig()
@@ -498,7 +498,10 @@ def bench():
 @click.option("--seconds", type=float, default=4.0, show_default=True)
 @click.option("--repeat", type=int, default=1, show_default=True,
               help="runs per rate: mean and range")
-def bench_switch(targets, bits, rate, seconds, repeat):
+@click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
+              multiple=True, default=[str(QAINA_WORDS)], show_default=True,
+              help="the qaina.p4 build (repeat to compare)")
+def bench_switch(targets, bits, rate, seconds, repeat, words):
     """Aggregation packets/s through one switch on one core, same frames and pacing
     for every target (root)."""
     from . import bench as b
@@ -509,6 +512,8 @@ def bench_switch(targets, bits, rate, seconds, repeat):
         args += ["--bits", str(x)]
     for x in rate:
         args += ["--rate", str(x)]
+    for x in words:
+        args += ["--payload-words", x]
     sys.exit(b.main(args))
 
 
@@ -520,15 +525,17 @@ def bench_switch(targets, bits, rate, seconds, repeat):
 @click.option("--table", "tables", multiple=True,
               type=click.Choice(["transport", "repeat", "comparison", "ratio"]),
               help="only these tables (default all)")
-@click.option("--ratio-bw", type=float, default=2.0, show_default=True,
+@click.option("--ratio-bw", type=float, default=3.0, show_default=True,
               help="link Mbit/s of the in-network / ring ratio (n=8, b=4, 256 words)")
-def bench_testbed(bw, iterations, repeat, tables, ratio_bw):
+@click.option("--ratio-trace", default="digits-mlp-wide", show_default=True,
+              help="trace set of the ratio (digits-mlp-wide is recorded on first use)")
+def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace):
     """Transport (retransmissions, time against the link rate, repeatability),
     elements/s of b=4 against b=32 and a ring, on star and leaf-spine, and the
     in-network / ring iteration-time ratio at n=8 (root)."""
     from . import bench as b
     args = ["testbed", "--bw", str(bw), "--iterations", str(iterations), "--repeat",
-            str(repeat), "--ratio-bw", str(ratio_bw)]
+            str(repeat), "--ratio-bw", str(ratio_bw), "--ratio-trace", ratio_trace]
     for t in tables:
         args += ["--table", t]
     sys.exit(b.main(args))

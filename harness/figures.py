@@ -57,6 +57,15 @@ def _key(value):
     return (0, v, "") if isinstance(v, float) else (1, 0.0, str(value))
 
 
+def ordered(values) -> list:
+    """Distinct values: numbers in order, otherwise as the spec lists them (rows come
+    in point order)."""
+    seen = list(dict.fromkeys(values))
+    if all(isinstance(_number(v), float) for v in seen):
+        return sorted(seen, key=_key)
+    return seen
+
+
 def load(sweep_dir: Path) -> tuple[Spec, list[dict]]:
     sweep_dir = Path(sweep_dir)
     if not (sweep_dir / SPEC_FILE).exists() or not (sweep_dir / CSV_FILE).exists():
@@ -111,7 +120,9 @@ def marks(p: dict, rows: list[dict], y: str, facet_value=None) -> list[dict]:
         out.append({"series": " ".join(series) or y, "x": x, "y": y, "mean": values.mean(),
                     "min": values.min(), "max": values.max(), "repeats": len(values),
                     "saturated": sum(int(_number(r["cpu_saturated"]) or 0) for r in rs)})
-    return sorted(out, key=lambda m: (m["series"], _key(m["x"])))
+    xs = ordered(r[p["x"]] for r in rows)
+    names = ordered(" ".join(r[s] for s in p["series"]) or y for r in rows)
+    return sorted(out, key=lambda m: (names.index(m["series"]), xs.index(m["x"])))
 
 
 def served(p: dict, rows: list[dict], facet_value=None) -> list[dict]:
@@ -131,7 +142,8 @@ def served(p: dict, rows: list[dict], facet_value=None) -> list[dict]:
             m["served"] = max(m["served"], jobs)
         elif r["status"] == "refused":
             m["refused_at"] = min(jobs, m["refused_at"] or jobs)
-    return sorted(out.values(), key=lambda m: m["series"])
+    names = ordered(" ".join(r[s] for s in p["series"]) for r in rows)
+    return sorted(out.values(), key=lambda m: names.index(m["series"]))
 
 
 def plot_sweep(sweep_dir: Path, echo=print) -> list[Path]:
@@ -163,7 +175,8 @@ def plot_sweep(sweep_dir: Path, echo=print) -> list[Path]:
     saturated = sum(m.get("saturated", 0) for m in table)
     repeats = sorted({m["repeats"] for m in table if "repeats" in m})
     note = (f"mean of {'/'.join(map(str, repeats))} repeat(s) per mark, bars: min to max. "
-            + (f"Hollow marks: CPU saturated in at least one repeat ({saturated} runs): "
+            + (f"Hollow marks, hatched bars: CPU saturated in at least one repeat "
+               f"({saturated} runs): "
                "the timing measures the machine as much as the network."
                if saturated else "No run had a saturated CPU."))
     fig.suptitle("\n".join(textwrap.wrap(p.get("title", spec.name), int(width * 11))),
@@ -185,8 +198,8 @@ def _panel(ax, p, rows, facet, panel) -> list[dict]:
     y, scale = panel["y"], float(panel.get("scale", 1.0))
     ms = marks(p, rows, y, facet)
     kind = p.get("kind", "line")
-    names = sorted({m["series"] for m in ms})
-    xs = sorted({m["x"] for m in ms}, key=_key)
+    names = list(dict.fromkeys(m["series"] for m in ms))
+    xs = ordered(m["x"] for m in ms)
     colours = {n: f"C{k % 10}" for k, n in enumerate(names)}
     width = 0.8 / max(len(names), 1)
     for k, name in enumerate(names):
@@ -197,8 +210,10 @@ def _panel(ax, p, rows, facet, panel) -> list[dict]:
         err = np.array([[m["mean"] - m["min"], m["max"] - m["mean"]] for m in mine]).T * scale
         hollow = [m["saturated"] > 0 for m in mine]
         if kind == "bar":
-            ax.bar(pos, mean, width, yerr=err, capsize=3, color=colours[name], label=name,
-                   edgecolor="black", hatch=None)
+            colour = ([f"C{xs.index(m['x']) % 10}" for m in mine] if len(names) == 1
+                      else colours[name])  # one series: a colour per bar
+            ax.bar(pos, mean, width, yerr=err, capsize=3, color=colour, label=name,
+                   edgecolor="black")
             for x, h, sat in zip(pos, mean, hollow):
                 if sat:
                     ax.bar([x], [h], width, fill=False, hatch="//", edgecolor="white")

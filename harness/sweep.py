@@ -219,11 +219,19 @@ def _grid(grid, where: str) -> dict:
 
 
 def _traces(traces, where: str) -> list | None:
+    """Trace sets to record first: a recipe's name (``hosts/recorder.RECIPES``) or a
+    mapping of ``traces record`` options with a name."""
+    from ..hosts.recorder import RECIPES
     if traces is None:
         return None
     if not isinstance(traces, list):
         raise SweepError(f"{where}: traces must be a list of trace sets to record")
     for t in traces:
+        if isinstance(t, str):
+            if t not in RECIPES:
+                raise SweepError(f"{where}: trace {t!r} has no recipe (known: "
+                                 f"{', '.join(RECIPES)}); give its options as a mapping")
+            continue
         if not isinstance(t, dict) or "name" not in t:
             raise SweepError(f"{where}: every trace to record needs a name")
         bad = sorted(set(t) - TRACE_KEYS)
@@ -231,6 +239,10 @@ def _traces(traces, where: str) -> list | None:
             raise SweepError(f"{where}: trace {t['name']!r}: unknown key(s) {', '.join(bad)}; "
                              f"known: {', '.join(sorted(TRACE_KEYS))}")
     return traces
+
+
+def trace_names(spec: "Spec") -> set[str]:
+    return {t if isinstance(t, str) else t["name"] for t in spec.traces or []}
 
 
 def slots_for(elements: int, cfg: RunConfig) -> int:
@@ -279,7 +291,7 @@ def plan(spec: Spec, sweep_dir: Path) -> list[Task]:
     raises SweepError, a point that does not fit the slot pool is kept as refused.
     A trace set the spec records (``traces``) may be missing yet."""
     tasks = []
-    recorded = {t["name"] for t in spec.traces or []}
+    recorded = trace_names(spec)
     for point in spec.points():
         for repeat in range(1, spec.repeats + 1):
             try:
@@ -331,25 +343,29 @@ def set_aside(directory: Path) -> Path:
 
 def prepare_traces(spec: Spec, echo) -> None:
     """Record the trace sets the spec needs that cannot be found (user's directory)."""
-    from ..hosts.recorder import record
+    from ..hosts.recorder import ensure, record
     from ..hosts.traces import TraceError, find_trace
+    dirs = spec.base.get("trace_dirs")
     for t in spec.traces or []:
-        try:
-            find_trace(t["name"], spec.base.get("trace_dirs"))
-            continue
-        except TraceError:
-            pass
-        opts = {k: v for k, v in t.items() if k not in ("name", "lr")}
-        if "hidden" in opts:
-            opts["hidden"] = tuple(opts["hidden"])
-        if "lr" in t:
-            opts["learning_rate"] = t["lr"]
-        echo(f"recording trace set {t['name']} ({', '.join(f'{k} {v}' for k, v in t.items() if k != 'name')}) "
-             "into the user's trace directory")
         start = time.monotonic()
         try:
-            ts = record(t["name"], **opts)
+            if isinstance(t, str):
+                ensure(t, dirs, echo)
+                continue
+            try:
+                find_trace(t["name"], dirs)
+                continue
+            except TraceError:
+                pass
+            opts = {k: v for k, v in t.items() if k not in ("name", "lr")}
+            if "hidden" in opts:
+                opts["hidden"] = tuple(opts["hidden"])
+            if "lr" in t:
+                opts["learning_rate"] = t["lr"]
+            echo(f"recording trace set {t['name']} into the user's trace directory")
+            record(t["name"], **opts)
         except (TraceError, ImportError, ValueError) as exc:
-            raise SweepError(f"recording trace set {t['name']} failed: {exc}") from None
-        echo(f"  {ts.workers} workers x {ts.iterations} iterations x {ts.elements} elements "
-             f"in {time.monotonic() - start:.0f} s")
+            name = t if isinstance(t, str) else t["name"]
+            raise SweepError(f"recording trace set {name} failed: {exc}") from None
+        if time.monotonic() - start > 1:
+            echo(f"  recorded in {time.monotonic() - start:.0f} s")

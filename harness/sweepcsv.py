@@ -15,6 +15,7 @@ and ``iterations.csv``; over the jobs of a run, times are averaged and rates add
 ``register_bit_efficiency`` mean over jobs (in-network only)
 ``rel_error``          mean over jobs of the relative aggregation error
 ``retransmissions``, ``bytes_sent`` sums over jobs
+``bytes_per_iteration`` mean over jobs of the bytes a worker sent per iteration
 ``cpu_saturated``      1 if the run's summary flags a saturated CPU
 ``jobs_fit``           jobs of this point that the pool holds (1 for a point that ran;
                        0 for a point the pool refused)
@@ -37,6 +38,7 @@ CONFIG_COLUMNS = ["topo", "target", "mode", "jobs", "workers", "bits", "quantize
 METRIC_COLUMNS = ["iteration_s", "steady_iteration_s", "iteration_p99_s", "job_completion_s",
                   "job_completion_max_s", "elements_per_s", "fp32_gbps", "slots_peak",
                   "register_bit_efficiency", "rel_error", "retransmissions", "bytes_sent",
+                  "bytes_per_iteration",
                   "span_s", "cpu_saturated", "cpu_busy", "warnings", "jobs_fit"]
 BASE_COLUMNS = ["point", "repeat", "run_id", "status", "note"]
 
@@ -93,6 +95,8 @@ def run_row(directory: Path) -> dict:
         "rel_error": _mean(get("rel_error_mean")),
         "retransmissions": _sum(get("retransmissions")),
         "bytes_sent": _sum(get("bytes_sent")),
+        "bytes_per_iteration": _mean([j["bytes_sent"] / (j["workers"] * j["iterations_done"])
+                                      for j in jobs if j.get("iterations_done")]),
         "span_s": s.get("span_s"),
         "cpu_saturated": 1 if cpu.get("saturated") else 0,
         "cpu_busy": cpu.get("cores_busy_mean"),

@@ -42,6 +42,7 @@ def spec(**over) -> dict:
     ({"repeats": 0}, "repeats must be a whole number"),
     ({"quick": {"plot": {}}}, "quick may replace"),
     ({"traces": [{"name": "x", "colour": 1}]}, "unknown key(s) colour"),
+    ({"traces": ["nope"]}, "has no recipe"),
 ])
 def test_bad_specs_are_one_clear_error(change, fragment):
     with pytest.raises(SweepError) as err:
