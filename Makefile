@@ -9,7 +9,9 @@ APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables procps python3-ve
 TOPO ?= leafspine
 PYTEST_ARGS ?=
 
-.PHONY: up test docker-test deps venv bench clean p4info
+SPECS := qaina-jobs gradiveq links loss error
+
+.PHONY: up test docker-test deps venv bench clean p4info figures figures-quick
 
 up: deps venv
 	$(VENV)/bin/qaina-bench up --topo $(TOPO)
@@ -24,6 +26,18 @@ docker-test:
 bench: deps venv
 	$(VENV)/bin/qaina-bench bench switch
 	$(VENV)/bin/qaina-bench bench codec
+
+# Every figure of docs/results.md: each spec's sweep (resumed if it was stopped), then its plot.
+figures: deps venv
+	@for s in $(SPECS); do \
+	  $(VENV)/bin/qaina-bench sweep experiments/$$s.yaml && \
+	  $(VENV)/bin/qaina-bench plot results/sweeps/$$s || exit $$?; done
+
+# The same at the specs' --quick sizes (a few minutes).
+figures-quick: deps venv
+	@for s in $(SPECS); do \
+	  $(VENV)/bin/qaina-bench sweep --quick experiments/$$s.yaml && \
+	  $(VENV)/bin/qaina-bench plot results/sweeps/$$s-quick || exit $$?; done
 
 # System packages, installed only when missing (idempotent).
 deps:

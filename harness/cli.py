@@ -461,6 +461,8 @@ def sweep(spec_path, out_dir, quick, no_retry, dry_run):
         sys.exit(130)
     except (SweepError, ConfigError) as exc:
         _fail(exc)
+    except OSError as exc:  # the sweep directory cannot be made or written
+        _fail(OSError(f"{target}: {exc.strerror or exc}"))
     click.echo(f"sweep {spec.name}: {counts['complete']} runs done now, {counts['skipped']} "
                f"done before or refused by the pool, {counts['failed']} did not complete; "
                f"{target}/sweep.csv\nplot it: qaina-bench plot {target}")

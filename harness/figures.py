@@ -166,10 +166,11 @@ def plot_sweep(sweep_dir: Path, echo=print) -> list[Path]:
     for i, facet in enumerate(facets):
         for j, panel in enumerate(panels):
             ax = axes[i][j]
-            if panel.get("served"):
-                table += _served_panel(ax, p, rows, facet, panel)
-            else:
-                table += _panel(ax, p, rows, facet, panel)
+            made = (_served_panel(ax, p, rows, facet, panel) if panel.get("served")
+                    else _panel(ax, p, rows, facet, panel))
+            for m in made:
+                m["facet"] = "" if facet is None else f"{p['facet']}={facet}"
+            table += made
             if facet is not None:
                 ax.set_title(f"{p['facet']} = {facet}", fontsize=9)
     saturated = sum(m.get("saturated", 0) for m in table)
@@ -195,6 +196,7 @@ def plot_sweep(sweep_dir: Path, echo=print) -> list[Path]:
 
 
 def _panel(ax, p, rows, facet, panel) -> list[dict]:
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     y, scale = panel["y"], float(panel.get("scale", 1.0))
     ms = marks(p, rows, y, facet)
     kind = p.get("kind", "line")
@@ -233,12 +235,16 @@ def _panel(ax, p, rows, facet, panel) -> list[dict]:
     elif p.get("logx"):
         ax.set_xscale("log")
         ax.set_xticks([_number(x) for x in xs])
-        ax.set_xticklabels(xs)
+        ax.set_xticklabels([f"{_number(x):g}" for x in xs])
+        ax.xaxis.set_minor_formatter(NullFormatter())
     elif all(float(_number(x)).is_integer() for x in xs if isinstance(_number(x), float)):
         from matplotlib.ticker import MaxNLocator
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if panel.get("logy"):
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(p.get("xlabel", p["x"]))
     ax.set_ylabel(panel.get("ylabel", y))
     ax.grid(True, alpha=0.3)
@@ -279,7 +285,7 @@ def _served_panel(ax, p, rows, facet, panel) -> list[dict]:
     return [{"y": "jobs_served", **m} for m in ms]
 
 
-TABLE_COLUMNS = ["y", "series", "x", "mean", "min", "max", "repeats", "saturated", "speedup",
+TABLE_COLUMNS = ["y", "facet", "series", "x", "mean", "min", "max", "repeats", "saturated", "speedup",
                  "served", "refused_at", "pool_holds"]
 
 
@@ -299,12 +305,12 @@ def _fmt(v) -> str:
 def _print_table(table: list[dict], echo):
     for m in table:
         if m["y"] == "jobs_served":
-            echo(f"  jobs served  {m['series']:>24}: {m['served']}"
+            echo(f"  jobs served {m['facet']:>10} {m['series']:>24}: {m['served']}"
                  + (f" (pool refused {m['refused_at']})" if m["refused_at"] else "")
                  + (f"; the pool holds {m['pool_holds']}" if m["pool_holds"] else ""))
             continue
         extra = f"  {m['speedup']:.2f}x" if m.get("speedup") else ""
         sat = f"  [{m['saturated']}/{m['repeats']} CPU-saturated]" if m["saturated"] else ""
         series = "" if m["series"] == m["y"] else m["series"]
-        echo(f"  {m['y']:>20} {series:>24} {str(m['x']):>10}: {_fmt(m['mean'])} "
+        echo(f"  {m['y']:>20} {m['facet']:>10} {series:>24} {str(m['x']):>10}: {_fmt(m['mean'])} "
              f"({_fmt(m['min'])}..{_fmt(m['max'])}, n={m['repeats']}){extra}{sat}")

@@ -42,6 +42,7 @@ SPEC_KEYS = {"name", "description", "base", "grid", "repeats", "window_elements"
 #: options the sweep sets itself
 RESERVED = {"results_dir", "run_id"}
 OPTIONS = {f.name for f in fields(RunConfig)} - RESERVED
+MAX_RUNS = 10_000  # runs of one sweep
 TRACE_KEYS = {"name", "model", "hidden", "workers", "iterations", "dtype", "seed", "width",
               "lr", "batch_size"}
 
@@ -290,6 +291,10 @@ def plan(spec: Spec, sweep_dir: Path) -> list[Task]:
     """Every run of the sweep, each checked before anything starts: a spec error
     raises SweepError, a point that does not fit the slot pool is kept as refused.
     A trace set the spec records (``traces``) may be missing yet."""
+    runs = math.prod(len(v) for v in spec.grid.values()) * spec.repeats
+    if runs > MAX_RUNS:
+        raise SweepError(f"{spec.path}: the grid makes {runs} runs, more than {MAX_RUNS}: "
+                         "split the sweep into several specs")
     tasks = []
     recorded = trace_names(spec)
     for point in spec.points():

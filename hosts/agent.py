@@ -281,6 +281,7 @@ class Agent:
         n = len(values)
         stats = ExchangeStats(first_send=time.time())
         sent0, received0 = self.ring.bytes_sent, self.ring.bytes_received
+        retx0 = self.ring.retransmissions
         if self.float:
             total = self.ring.all_reduce(values.astype(np.float32), np.add)
             none = np.zeros(0, dtype=np.int32)
@@ -297,6 +298,7 @@ class Agent:
             a = Aggregated(total, levels, sums, scale, None, None, stats, encode_s, 0, 0)
         stats.bytes_sent = self.ring.bytes_sent - sent0
         stats.bytes_received = self.ring.bytes_received - received0
+        stats.retransmissions = self.ring.retransmissions - retx0  # the kernel's, TCP
         return a
 
     def iteration(self, i: int, predicted: np.ndarray | None):

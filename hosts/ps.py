@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from .ring import connect_until
+from .ring import connect_until, tcp_retransmissions
 
 PS_PORT = 20803
 SEGMENT = 64 * 1024  # bytes the server reduces at a time
@@ -91,6 +91,11 @@ class PSClient:
         self.bytes_received += data.nbytes
         data[...] = np.frombuffer(out, dtype=data.dtype).reshape(data.shape)
         return data
+
+    @property
+    def retransmissions(self) -> int:
+        """TCP segments retransmitted on the way to the server."""
+        return tcp_retransmissions(self.sock)
 
     def close(self):
         if self.sock is not None:

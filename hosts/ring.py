@@ -14,6 +14,7 @@ chunks' exponents.
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 
@@ -22,6 +23,22 @@ import numpy as np
 
 class RingError(RuntimeError):
     """The ring could not be formed or broke."""
+
+
+#: offset of ``tcpi_total_retrans`` in Linux's ``struct tcp_info`` (include/uapi/linux/tcp.h)
+_TOTAL_RETRANS = 100
+
+
+def tcp_retransmissions(sock: socket.socket | None) -> int:
+    """Segments the kernel retransmitted on ``sock`` so far (0 where TCP_INFO is not
+    available)."""
+    if sock is None:
+        return 0
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TOTAL_RETRANS + 4)
+    except OSError:
+        return 0
+    return struct.unpack_from("I", info, _TOTAL_RETRANS)[0] if len(info) >= 104 else 0
 
 
 def connect_until(address: tuple[str, int], deadline: float, error, what: str) -> socket.socket:
@@ -115,6 +132,11 @@ class Ring:
             mine[:] = np.frombuffer(self._step(segment(k - s + 1), mine.nbytes),
                                     dtype=data.dtype)
         return data
+
+    @property
+    def retransmissions(self) -> int:
+        """TCP segments retransmitted on the way to the next worker."""
+        return tcp_retransmissions(self.next_sock)
 
     def close(self):
         for s in (self.next_sock, self.prev_sock, self.listener):

@@ -43,10 +43,13 @@ def spec(**over) -> dict:
     ({"quick": {"plot": {}}}, "quick may replace"),
     ({"traces": [{"name": "x", "colour": 1}]}, "unknown key(s) colour"),
     ({"traces": ["nope"]}, "has no recipe"),
+    ({"grid": {"seed": list(range(200)), "bits": [2, 4, 8], "workers": list(range(1, 21))}},
+     "more than 10000"),
 ])
 def test_bad_specs_are_one_clear_error(change, fragment):
     with pytest.raises(SweepError) as err:
-        Spec.from_dict(spec(**change), "s.yaml", quick=True)
+        s = Spec.from_dict(spec(**change), "s.yaml", quick=True)
+        plan(s, Path("/tmp/nowhere"))
     assert fragment in str(err.value) and "\n" not in str(err.value)
 
 

@@ -84,7 +84,8 @@ def test_star_four_workers_get_exact_aggregates(tmp_path, target):
     job = summary["jobs"][0]
     assert job["iterations_done"] == 3
     for name in ("config.yaml", "iterations.csv", "timeseries.csv", "summary.json",
-                 "slots.png", "iterations.png", "logs/s1.log", "logs/agent-j1w0.log"):
+                 "slots.png", "iterations.png", "logs/s1.log", "logs/agent-j1w0.log",
+                 "logs/mininet.log"):
         assert (directory / name).exists(), name
     requests = (directory / "logs" / "p4runtime-s1.log").read_text()
     assert "> SetForwardingPipelineConfig" in requests and "<1" not in requests
@@ -227,13 +228,16 @@ def test_ring_all_reduce_baseline_is_exact_over_the_same_fabric(tmp_path):
 
 
 @pytest.mark.parametrize("words", [64, 256])
-def test_larger_payload_builds_aggregate_exactly(tmp_path, target, words):
+def test_larger_payload_builds_aggregate_exactly(tmp_path, target, words, capfd):
     """A run on the 64- or 256-word build of qaina.p4: every chunk exact, and the
     packets are as long as the build's."""
     summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[4],
-                                 iterations=2, payload_words=words, target=target)
+                                 iterations=2, payload_words=words, target=target, bw=200)
     assert summary["complete"], summary["errors"]
     assert summary["switch_program"]["payload_words"] == words
+    # tc's warning at 200 Mbit/s went to the run's Mininet log, not to the terminal
+    assert "sch_htb" not in capfd.readouterr().err
+    assert "sch_htb" in (directory / "logs" / "mininet.log").read_text()
     check_exact_aggregates(directory, summary)
     rows = list(csv.DictReader(open(directory / "iterations.csv")))
     frame = 14 + 20 + 8 + 12 + 4 * words
@@ -279,6 +283,16 @@ def test_fp32_baselines_sum_the_float_gradients(tmp_path, mode):
     fp32 = 4 * job["elements_per_iteration"]
     share = 2 * 3 / 4 if mode == "ring" else 1.0
     assert all(int(r["bytes_sent"]) >= share * fp32 for r in rows)
+
+
+def test_tcp_baselines_see_the_link_loss(tmp_path):
+    """Lost frames are lost on the wire for TCP too (with netem, or nftables where the
+    kernel has no netem): the ring's sockets retransmit, and the sums stay exact."""
+    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[4],
+                                 iterations=3, mode="ring", loss=5.0)
+    assert summary["complete"], summary["errors"]
+    check_exact_aggregates(directory, summary)
+    assert summary["jobs"][0]["retransmissions"] > 0
 
 
 FORGER = """
