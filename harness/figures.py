@@ -35,6 +35,9 @@ import numpy as np
 from .sweep import Spec, SweepError
 from .sweeprun import CSV_FILE, SPEC_FILE
 
+#: columns that do not depend on how busy the CPU was: never drawn hollow
+UNTIMED = {"rel_error", "register_bit_efficiency", "bytes_per_iteration", "bytes_sent",
+           "slots_peak", "jobs_fit"}
 PANEL_KEYS = {"y", "ylabel", "scale", "logy", "served"}
 PLOT_KEYS = {"title", "x", "xlabel", "series", "facet", "kind", "logx", "speedup_over",
              "panels"}
@@ -119,7 +122,8 @@ def marks(p: dict, rows: list[dict], y: str, facet_value=None) -> list[dict]:
         values = np.array([_number(r[y]) for r in rs], dtype=float)
         out.append({"series": " ".join(series) or y, "x": x, "y": y, "mean": values.mean(),
                     "min": values.min(), "max": values.max(), "repeats": len(values),
-                    "saturated": sum(int(_number(r["cpu_saturated"]) or 0) for r in rs)})
+                    "saturated": 0 if y in UNTIMED else
+                    sum(int(_number(r["cpu_saturated"]) or 0) for r in rs)})
     xs = ordered(r[p["x"]] for r in rows)
     names = ordered(" ".join(r[s] for s in p["series"]) or y for r in rows)
     return sorted(out, key=lambda m: (names.index(m["series"]), xs.index(m["x"])))
@@ -179,7 +183,7 @@ def plot_sweep(sweep_dir: Path, echo=print) -> list[Path]:
             + (f"Hollow marks, hatched bars: CPU saturated in at least one repeat "
                f"({saturated} runs): "
                "the timing measures the machine as much as the network."
-               if saturated else "No run had a saturated CPU."))
+               if saturated else "No timing here comes from a run with a saturated CPU."))
     fig.suptitle("\n".join(textwrap.wrap(p.get("title", spec.name), int(width * 11))),
                  fontsize=11)
     fig.text(0.01, 0.005, "\n".join(textwrap.wrap(note, int(width * 17))), fontsize=7)
