@@ -37,6 +37,7 @@ from .sweeprun import CSV_FILE, SPEC_FILE
 
 #: columns that do not depend on how busy the CPU was: never drawn hollow
 UNTIMED = {"rel_error", "register_bit_efficiency", "bytes_per_iteration", "bytes_sent",
+           "steady_bytes_per_iteration",
            "slots_peak", "jobs_fit"}
 PANEL_KEYS = {"y", "ylabel", "scale", "logy", "served"}
 PLOT_KEYS = {"title", "x", "xlabel", "series", "facet", "kind", "logx", "speedup_over",

@@ -16,6 +16,7 @@ and ``iterations.csv``; over the jobs of a run, times are averaged and rates add
 ``rel_error``          mean over jobs of the relative aggregation error
 ``retransmissions``, ``bytes_sent`` sums over jobs
 ``bytes_per_iteration`` mean over jobs of the bytes a worker sent per iteration
+``steady_bytes_per_iteration`` the same over the iterations of ``steady_iteration_s``
 ``cpu_saturated``      1 if the run's summary flags a saturated CPU
 ``jobs_fit``           jobs of this point that the pool holds (1 for a point that ran;
                        0 for a point the pool refused)
@@ -38,7 +39,7 @@ CONFIG_COLUMNS = ["topo", "target", "mode", "jobs", "workers", "bits", "quantize
 METRIC_COLUMNS = ["iteration_s", "steady_iteration_s", "iteration_p99_s", "job_completion_s",
                   "job_completion_max_s", "elements_per_s", "fp32_gbps", "slots_peak",
                   "register_bit_efficiency", "rel_error", "retransmissions", "bytes_sent",
-                  "bytes_per_iteration",
+                  "bytes_per_iteration", "steady_bytes_per_iteration",
                   "span_s", "cpu_saturated", "cpu_busy", "warnings", "jobs_fit"]
 BASE_COLUMNS = ["point", "repeat", "run_id", "status", "note"]
 
@@ -53,20 +54,23 @@ def _sum(values):
     return float(np.sum(values)) if values else None
 
 
-def steady_iteration(directory: Path, compressed: bool) -> float | None:
-    """Mean completion time of the iterations that ran the scheme (per job, then over
-    jobs): the compressed ones with GradiVeQ, all otherwise."""
+def steady(directory: Path, compressed: bool) -> tuple[float | None, float | None]:
+    """Mean completion time and bytes a worker sent, over the iterations that ran the
+    scheme (per job, then over jobs): the compressed ones with GradiVeQ, all otherwise."""
     try:
         rows = read_csv(directory / "iterations.csv")
     except OSError:
-        return None
-    per_job: dict[str, list[float]] = {}
+        return None, None
+    times: dict[str, list[float]] = {}
+    sent: dict[str, list[float]] = {}
     for r in rows:
         if compressed and str(r.get("compressed")) not in ("True", "1", "true"):
             continue
         if r.get("completion_s") not in (None, ""):
-            per_job.setdefault(r["job"], []).append(float(r["completion_s"]))
-    return _mean([float(np.mean(v)) for v in per_job.values()])
+            times.setdefault(r["job"], []).append(float(r["completion_s"]))
+            sent.setdefault(r["job"], []).append(float(r.get("bytes_sent") or 0))
+    return (_mean([float(np.mean(v)) for v in times.values()]),
+            _mean([float(np.mean(v)) for v in sent.values()]))
 
 
 def run_row(directory: Path) -> dict:
@@ -79,10 +83,11 @@ def run_row(directory: Path) -> dict:
     v = s.get("validity") or {}
     cpu = v.get("cpu") or {}
     get = lambda key: [j.get(key) for j in jobs]  # noqa: E731
+    steady_s, steady_bytes = steady(directory, s.get("compress") == "gradiveq")
     return {
         "status": s.get("status"),
         "iteration_s": _mean(get("iteration_completion_mean_s")),
-        "steady_iteration_s": steady_iteration(directory, s.get("compress") == "gradiveq"),
+        "steady_iteration_s": steady_s,
         "iteration_p99_s": max((x for x in get("iteration_completion_p99_s") if x is not None),
                                default=None),
         "job_completion_s": _mean(get("job_completion_s")),
@@ -97,6 +102,7 @@ def run_row(directory: Path) -> dict:
         "bytes_sent": _sum(get("bytes_sent")),
         "bytes_per_iteration": _mean([j["bytes_sent"] / (j["workers"] * j["iterations_done"])
                                       for j in jobs if j.get("iterations_done")]),
+        "steady_bytes_per_iteration": steady_bytes,
         "span_s": s.get("span_s"),
         "cpu_saturated": 1 if cpu.get("saturated") else 0,
         "cpu_busy": cpu.get("cores_busy_mean"),

@@ -19,7 +19,7 @@ RECORDER = "qaina_bench.hosts.recorder"
 RECORDER_VERSION = 1
 
 #: trace sets the experiments use that are recorded on first use, not shipped (``record``
-#: options; about 5 s and 20 s on 2 cores, 16 MB and 70 MB as float16)
+#: options; a few seconds each on 2 cores, 12 MB and 39 MB as float16)
 RECIPES = {
     "digits-mlp-wide": dict(model="mlp", hidden=(512, 256), workers=8, iterations=6,
                             dtype="float16"),
