@@ -76,8 +76,13 @@ def load(sweep_dir: Path) -> tuple[Spec, list[dict]]:
         raise SweepError(f"{sweep_dir} is not a sweep directory (no {SPEC_FILE} and "
                          f"{CSV_FILE}): give the --out of a `qaina-bench sweep`")
     spec = Spec.load(sweep_dir / SPEC_FILE)
-    with open(sweep_dir / CSV_FILE, newline="") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        with open(sweep_dir / CSV_FILE, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise SweepError(f"{sweep_dir / CSV_FILE} is unreadable: {exc}") from None
+    if rows and not {"status", "point"} <= set(rows[0]):
+        raise SweepError(f"{sweep_dir / CSV_FILE} is not a sweep table (no status column)")
     return spec, rows
 
 
@@ -112,11 +117,11 @@ def marks(p: dict, rows: list[dict], y: str, facet_value=None) -> list[dict]:
     """One mark per (series, x): mean, min, max, repeats, saturated, over finished runs."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        if r["status"] != "complete" or _number(r.get(y)) is None:
+        if r.get("status") != "complete" or not isinstance(_number(r.get(y)), float):
             continue
-        if p.get("facet") and r[p["facet"]] != facet_value:
+        if p.get("facet") and r.get(p["facet"]) != facet_value:
             continue
-        key = (tuple(r[s] for s in p["series"]), r[p["x"]])
+        key = (tuple(str(r.get(s)) for s in p["series"]), str(r.get(p["x"])))
         groups.setdefault(key, []).append(r)
     out = []
     for (series, x), rs in groups.items():
@@ -124,7 +129,7 @@ def marks(p: dict, rows: list[dict], y: str, facet_value=None) -> list[dict]:
         out.append({"series": " ".join(series) or y, "x": x, "y": y, "mean": values.mean(),
                     "min": values.min(), "max": values.max(), "repeats": len(values),
                     "saturated": 0 if y in UNTIMED else
-                    sum(int(_number(r["cpu_saturated"]) or 0) for r in rs)})
+                    sum(_number(r.get("cpu_saturated")) == 1.0 for r in rs)})
     xs = ordered(r[p["x"]] for r in rows)
     names = ordered(" ".join(r[s] for s in p["series"]) or y for r in rows)
     return sorted(out, key=lambda m: (names.index(m["series"]), xs.index(m["x"])))
@@ -140,9 +145,13 @@ def served(p: dict, rows: list[dict], facet_value=None) -> list[dict]:
         name = " ".join(r[s] for s in p["series"])
         m = out.setdefault(name, {"series": name, "served": 0, "refused_at": None,
                                   "pool_holds": None})
-        jobs = int(float(r["jobs"]))
-        if r.get("slots") and r.get("pool_slots"):  # what the pool holds at this window
-            m["pool_holds"] = int(float(r["pool_slots"])) // int(float(r["slots"]))
+        try:
+            jobs = int(float(r["jobs"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        slots, pool = _number(r.get("slots")), _number(r.get("pool_slots"))
+        if isinstance(slots, float) and isinstance(pool, float) and slots >= 1:
+            m["pool_holds"] = int(pool) // int(slots)  # what the pool holds at this window
         if r["status"] == "complete":
             m["served"] = max(m["served"], jobs)
         elif r["status"] == "refused":

@@ -200,3 +200,24 @@ def test_shipped_quick_sweeps_run_and_plot(path, tmp_path):
     p = cli("plot", str(out))
     assert p.returncode == 0, p.stderr
     assert list((out / "figures").glob("*.png"))
+
+
+def test_plot_survives_a_hostile_sweep_table(tmp_path):
+    d = tmp_path / "s"
+    d.mkdir()
+    s = Spec.from_dict(spec(plot={"x": "bits", "series": "workers",
+                                  "panels": [{"y": "iteration_s"}]}), "s.yaml")
+    (d / "spec.yaml").write_text(s.to_yaml())
+    (d / "sweep.csv").write_text(
+        "point,repeat,run_id,status,bits,workers,iteration_s,cpu_saturated\n"
+        "0,1,a,complete,4,2,0.5,1\n0,2,b,complete,4,2,oops,x\n1,1,c,complete,32,2,,\n"
+        "1,2,d,failed,32,2,9,0\n")
+    r = cli("plot", str(d))
+    assert r.returncode == 0, r.stderr
+    assert "iteration_s" in r.stdout and "n=1" in r.stdout  # only the one good value
+    (d / "sweep.csv").write_bytes(b"\xff\xfe\x00garbage")
+    r = cli("plot", str(d))
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    (d / "sweep.csv").write_text("a,b\n1,2\n")
+    r = cli("plot", str(d))
+    assert "not a sweep table" in r.stderr
