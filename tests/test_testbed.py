@@ -286,8 +286,9 @@ def test_fp32_baselines_sum_the_float_gradients(tmp_path, mode):
 
 
 def test_tcp_baselines_see_the_link_loss(tmp_path):
-    """Lost frames are lost on the wire for TCP too (with netem, or nftables where the
-    kernel has no netem): the ring's sockets retransmit, and the sums stay exact."""
+    """Over lossy links the ring reports the kernel's TCP retransmissions and its sums
+    stay exact (that the nftables rules' losses are wire losses for TCP is
+    tests/test_linkloss.py)."""
     summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[4],
                                  iterations=3, mode="ring", loss=5.0)
     assert summary["complete"], summary["errors"]
