@@ -321,7 +321,14 @@ class Run:
                 break
             time.sleep(0.02)
         else:
-            raise RunError("agents did not start within 60 s; see " + str(self.writer.log_dir))
+            waiting = [f"j{a.job}w{a.worker}" for a in self.agents
+                       if not any(r.get("type") == "start" for r in a.records())]
+            how = {"ring": " (they connect to their ring neighbours over TCP first: with "
+                           "heavy --loss that can take long)",
+                   "ps": " (they connect to their parameter server over TCP first)"}
+            raise RunError(f"agents {', '.join(waiting[:8])}{' ...' if len(waiting) > 8 else ''} "
+                           f"did not start within 60 s{how.get(self.cfg.mode, '')}; see "
+                           f"{self.writer.log_dir}")
         go.touch()
         self.events["agents_go"] = time.time()
 
