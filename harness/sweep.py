@@ -326,9 +326,9 @@ def stored_status(task: Task) -> str | None:
         stored = RunConfig.from_yaml(d / "config.yaml")
     except ConfigError:
         return "unreadable"
-    if comparable(stored) != comparable(task.cfg):
-        diff = sorted(k for k, v in comparable(task.cfg).items()
-                      if comparable(stored).get(k) != v)
+    have, want = comparable(stored), comparable(task.cfg)
+    if have != want:
+        diff = sorted(k for k, v in want.items() if have.get(k) != v)
         raise SweepError(f"{d} was run with other options ({', '.join(diff)}) than the spec "
                          "now gives: use another --out, or remove that directory")
     try:
@@ -348,29 +348,24 @@ def set_aside(directory: Path) -> Path:
 
 def prepare_traces(spec: Spec, echo) -> None:
     """Record the trace sets the spec needs that cannot be found (user's directory)."""
-    from ..hosts.recorder import ensure, record
-    from ..hosts.traces import TraceError, find_trace
-    dirs = spec.base.get("trace_dirs")
+    from ..hosts.recorder import ensure
+    from ..hosts.traces import TraceError
     for t in spec.traces or []:
+        name, recipe = (t, None) if isinstance(t, str) else (t["name"], _recipe(t))
         start = time.monotonic()
         try:
-            if isinstance(t, str):
-                ensure(t, dirs, echo)
-                continue
-            try:
-                find_trace(t["name"], dirs)
-                continue
-            except TraceError:
-                pass
-            opts = {k: v for k, v in t.items() if k not in ("name", "lr")}
-            if "hidden" in opts:
-                opts["hidden"] = tuple(opts["hidden"])
-            if "lr" in t:
-                opts["learning_rate"] = t["lr"]
-            echo(f"recording trace set {t['name']} into the user's trace directory")
-            record(t["name"], **opts)
+            ensure(name, spec.base.get("trace_dirs"), echo, recipe)
         except (TraceError, ImportError, ValueError) as exc:
-            name = t if isinstance(t, str) else t["name"]
             raise SweepError(f"recording trace set {name} failed: {exc}") from None
         if time.monotonic() - start > 1:
             echo(f"  recorded in {time.monotonic() - start:.0f} s")
+
+
+def _recipe(t: dict) -> dict:
+    """``record``'s options from a spec's trace mapping."""
+    out = {k: v for k, v in t.items() if k not in ("name", "lr")}
+    if "hidden" in out:
+        out["hidden"] = tuple(out["hidden"])
+    if "lr" in t:
+        out["learning_rate"] = t["lr"]
+    return out

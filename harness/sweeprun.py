@@ -51,21 +51,30 @@ def check_directory(spec: Spec, sweep_dir: Path):
                          f"{other.path}): use another --out, or remove it")
 
 
-def collect(spec: Spec, tasks: list[Task]) -> list[dict]:
-    """The rows of sweep.csv: every run with a result set, and every refused point."""
+def collect(spec: Spec, tasks: list[Task], cache: dict[int, dict]) -> list[dict]:
+    """The rows of sweep.csv: every run with a result set, and every refused point.
+    ``cache`` keeps the rows already made (by task index); drop a task's entry when
+    its run changes."""
     rows = []
-    for t in tasks:
-        row = {"point": t.point.index, "repeat": t.repeat, **t.point.values}
-        if t.cfg is None:
-            cfg = spec.config(t.point, Path("."), t.repeat)
-            row.update(sweepcsv.config_row(cfg), status="refused", note=t.refused, jobs_fit=0)
-        elif t.directory.exists():
-            row.update(sweepcsv.config_row(t.cfg), run_id=t.cfg.run_id,
-                       **sweepcsv.run_row(t.directory))
-        else:
-            continue
-        rows.append(row)
+    for k, t in enumerate(tasks):
+        if k not in cache:
+            cache[k] = _row(spec, t)
+        if cache[k] is not None:
+            rows.append(cache[k])
     return rows
+
+
+def _row(spec: Spec, t: Task) -> dict | None:
+    row = {"point": t.point.index, "repeat": t.repeat, **t.point.values}
+    if t.cfg is None:
+        cfg = spec.config(t.point, Path("."), t.repeat)
+        row.update(sweepcsv.config_row(cfg), status="refused", note=t.refused, jobs_fit=0)
+    elif t.directory.exists():
+        row.update(sweepcsv.config_row(t.cfg), run_id=t.cfg.run_id,
+                   **sweepcsv.run_row(t.directory))
+    else:
+        return None
+    return row
 
 
 def run_sweep(spec: Spec, sweep_dir: Path, echo, retry_failed: bool = True) -> dict:
@@ -83,7 +92,8 @@ def run_sweep(spec: Spec, sweep_dir: Path, echo, retry_failed: bool = True) -> d
     (sweep_dir / SPEC_FILE).write_text(spec.to_yaml())
     axes = list(spec.grid)
     csv_path = sweep_dir / CSV_FILE
-    sweepcsv.write(csv_path, axes, collect(spec, tasks))
+    rows: dict[int, dict] = {}  # sweep.csv's rows by task, each made once
+    sweepcsv.write(csv_path, axes, collect(spec, tasks, rows))
     todo = [k for k, s in enumerate(statuses)
             if s not in ("complete", "refused") and (retry_failed or s is None)]
     counts = {"complete": 0, "skipped": len(tasks) - len(todo), "failed": 0,
@@ -93,9 +103,12 @@ def run_sweep(spec: Spec, sweep_dir: Path, echo, retry_failed: bool = True) -> d
          f"refused by the pool; results in {sweep_dir}")
     log = open(sweep_dir / LOG_FILE, "a", buffering=1)
     start, done = time.monotonic(), len(tasks) - len(todo)
+    current = None
     try:
         for n, k in enumerate(todo):
+            current = k
             task = tasks[k]
+            rows.pop(k, None)
             if task.directory.exists():
                 kept = set_aside(task.directory)
                 log.write(f"kept the unfinished {task.cfg.run_id} as {kept.name}\n")
@@ -105,7 +118,8 @@ def run_sweep(spec: Spec, sweep_dir: Path, echo, retry_failed: bool = True) -> d
             status, signalled = _one(Run, task, log)
             done += 1
             counts["complete" if status == "complete" else "failed"] += 1
-            sweepcsv.write(csv_path, axes, collect(spec, tasks))
+            rows.pop(k, None)
+            sweepcsv.write(csv_path, axes, collect(spec, tasks, rows))
             left = (time.monotonic() - start) / (n + 1) * (len(todo) - n - 1)
             echo(f"{bar(done, len(tasks))} {task.cfg.run_id} {task.point.describe()} "
                  f"r{task.repeat}: {status} in {time.monotonic() - t0:.1f} s"
@@ -116,7 +130,9 @@ def run_sweep(spec: Spec, sweep_dir: Path, echo, retry_failed: bool = True) -> d
         raise SweepInterrupted(None) from None
     finally:
         log.close()
-        sweepcsv.write(csv_path, axes, collect(spec, tasks))
+        if current is not None:  # the run under way when the sweep stopped
+            rows.pop(current, None)
+        sweepcsv.write(csv_path, axes, collect(spec, tasks, rows))
     return counts
 
 

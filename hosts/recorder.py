@@ -28,16 +28,17 @@ RECIPES = {
 }
 
 
-def ensure(name: str, dirs=None, log=None) -> Path:
+def ensure(name: str, dirs=None, log=None, recipe: dict | None = None) -> Path:
     """The directory of trace set ``name``, recorded first into the user's trace
-    directory if it is a ``RECIPES`` set that cannot be found."""
+    directory if it cannot be found: with ``recipe`` (``record``'s options), else with
+    its ``RECIPES`` entry."""
     from .traces import find_trace
     try:
         return find_trace(name, dirs)
     except TraceError:
-        if name not in RECIPES:
+        if recipe is None and name not in RECIPES:
             raise
-    recipe = RECIPES[name]
+    recipe = RECIPES[name] if recipe is None else recipe
     if log:
         log(f"recording trace set {name} ({', '.join(f'{k} {v}' for k, v in recipe.items())}) "
             "into the user's trace directory, once")
