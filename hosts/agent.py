@@ -38,6 +38,7 @@ Run: ``python -m qaina_bench.hosts.agent CONFIG.json`` (the harness writes the c
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import sys
@@ -428,6 +429,7 @@ def main(argv=None) -> int:
     except (OSError, ValueError, TypeError, AgentError) as exc:
         print(f"agent: {exc}", file=sys.stderr)
         return 2
+    profile = _profiler()
     try:
         agent.run()
     except (AgentError, RingError, PSError) as exc:
@@ -439,7 +441,21 @@ def main(argv=None) -> int:
         return 130
     finally:
         agent.close()
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(Path(cfg.output).with_suffix(".prof"))
     return 0
+
+
+def _profiler():
+    """cProfile of the agent's run when ``QAINA_AGENT_PROFILE=1`` is set (the stats go
+    beside its record file, ``<output>.prof``): where an agent's CPU goes."""
+    if os.environ.get("QAINA_AGENT_PROFILE") != "1":
+        return None
+    import cProfile
+    profile = cProfile.Profile(time.process_time)
+    profile.enable()
+    return profile
 
 
 if __name__ == "__main__":
