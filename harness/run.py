@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from ..hosts import kernels
 from ..hosts.agent import AgentConfig
 from ..hosts.lanes import LaneFormat
 from ..hosts.ps import PS_PORT
@@ -277,6 +278,7 @@ class Run:
 
     def _launch_agents(self):
         cfg = self.cfg
+        kernels.warm()  # compiled once here: the agents then load them from the cache
         agg_ip = aggregator_ip(self.testbed.device_ids[self.aggregator])
         go = self.writer.dir / "agents" / "go"
         self._launch_servers()

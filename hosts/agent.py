@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
+import statistics
 import socket
 import sys
 import time
@@ -49,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from ..p4.header import QAINA_UDP_PORT, QAINA_WORDS, wire
+from . import kernels
 from .gradiveq import GradiVeQSchedule, LayeredGradiVeQ
 from .ps import PS_PORT, PSClient, PSError
 from .ring import Ring, RingError
@@ -200,9 +203,9 @@ class Agent:
         self.out = open(cfg.output, "w", buffering=1)
         self.levels_record: dict[str, np.ndarray] = {}
 
-    def _exchange(self, n: int, build):
+    def _exchange(self, exps: np.ndarray, encode):
         try:
-            return self.stream.exchange(n, build)
+            return self.stream.exchange(exps, encode)
         except StreamStalled as exc:
             raise AgentError(str(exc)) from None
 
@@ -218,11 +221,10 @@ class Agent:
         """P: chunks at the start of an iteration whose scale comes from the last one."""
         return min(self.window, chunks)
 
-    def carried(self, c: int, own: np.ndarray) -> int:
-        """The exponent chunk ``c`` carries to the switch (see the module docstring)."""
-        C = len(own)
-        P = self.predicted_count(C)
-        return int(own[c + P] if c < C - P else own[c - (C - P)])
+    def carried(self, own: np.ndarray) -> np.ndarray:
+        """The exponent every chunk carries to the switch (see the module docstring):
+        chunk ``c`` that of chunk ``c + P``, the last P those of the first P."""
+        return np.roll(own, -self.predicted_count(len(own)))
 
     def warm_up(self, values: np.ndarray, codec: WorkerCodec) -> np.ndarray:
         """Zero chunks carrying the first P exponents of ``values``; returns their maxima.
@@ -231,10 +233,12 @@ class Agent:
         or format (GradiVeQ switching between gradients and coefficients).
         """
         own = codec.codes(values)
-        zero = codec.fmt.pack(np.zeros(codec.chunk_elems, dtype=np.int32),
-                              self.wire.words).astype(">u4")
-        count = self.predicted_count(len(own))
-        _, agreed, stats = self._exchange(count, lambda c, _: (int(own[c]), zero))
+        zero = codec.fmt.pack(np.zeros(codec.chunk_elems, dtype=np.int32), self.wire.words)
+
+        def encode(a, b, agreed, words):
+            words[a:b] = zero
+
+        _, agreed, stats = self._exchange(own[:self.predicted_count(len(own))], encode)
         self._emit(type="warmup", start=stats.first_send, end=time.time(),
                    packets_sent=stats.packets_sent, retransmissions=stats.retransmissions,
                    refused=stats.refused)
@@ -244,7 +248,8 @@ class Agent:
                   codec: WorkerCodec) -> Aggregated:
         """Sum ``values`` over the job's workers through the switch.
 
-        ``predicted`` are the scales of the first P chunks.
+        ``predicted`` are the scales of the first P chunks. Chunks are quantized and
+        packed in batches, as the window lets them go.
         """
         n = len(values)
         ce = codec.chunk_elems
@@ -253,27 +258,32 @@ class Agent:
         P, W = self.predicted_count(C), self.window
         scale = np.zeros(C, dtype=np.int8)
         scale[:P] = predicted
-        levels = np.zeros(n, dtype=np.int32)
-        encode = [0.0]
+        keep = codec.error_feedback or self.cfg.record_levels  # this worker's levels
+        levels = np.zeros(n if keep else 0, dtype=np.int32)
+        encode_s = [0.0]
 
-        def build(c, agreed):
+        def encode(a, b, agreed, words):
             t = time.perf_counter()
-            if c >= P:  # the result of chunk c - W brought the exact maximum for chunk c
-                scale[c] = agreed[c - W]
-            part = slice(c * ce, min((c + 1) * ce, n))
-            levels[part] = codec.quantize(values[part], scale[c:c + 1])
-            words = codec.fmt.pack(levels[part], self.wire.words).astype(">u4")
-            encode[0] += time.perf_counter() - t
-            return self.carried(c, own), words
+            lo = max(a, P)
+            if b > lo:  # the results of chunks lo - W .. b - W - 1 brought exact maxima
+                scale[lo:b] = agreed[lo - W:b - W]
+            part = slice(a * ce, min(b * ce, n))
+            codec.quantize_into(values[part], scale[a:b], words[a:b],
+                                levels[part] if keep else None)
+            encode_s[0] += time.perf_counter() - t
 
-        words_back, agreed, stats = self._exchange(C, build)
-        sums = codec.fmt.unpack_sum(words_back.reshape(-1), n)
-        total = codec.dequantize_sum(sums, scale)
+        words_back, agreed, stats = self._exchange(self.carried(own), encode)
+        sums = np.zeros(n if self.cfg.record_levels else 0, dtype=np.int64)
+        total = codec.dequantize_words(words_back, scale, n,
+                                       sums if self.cfg.record_levels else None)
         # The last P results carry the true maxima of the first P chunks: how many of
         # their predicted scales fell short is known alike to every worker.
         short = int(np.count_nonzero(agreed[C - P:] > scale[:P]))
+        # Only predicted scales can clip: every later chunk's scale is the maximum of
+        # the workers' own.
+        clipped = codec.clipped(values[:P * ce], scale[:P])
         return Aggregated(total, levels, sums, scale, agreed[C - P:], int(agreed.max()), stats,
-                          encode[0], codec.clipped(values, scale), short)
+                          encode_s[0], clipped, short)
 
     def ring_aggregate(self, values: np.ndarray, codec: WorkerCodec) -> Aggregated:
         """``aggregate`` by the host-based collective (ring or parameter server): a max
@@ -308,6 +318,7 @@ class Agent:
 
         ``predicted`` are the scales of the first P chunks (None: run a warm-up first).
         """
+        cpu0 = time.process_time()
         grad = self.source.gradient(i)
         codec = self.codec_for(i)
         t0 = time.perf_counter()
@@ -338,6 +349,7 @@ class Agent:
             self.levels_record[f"aggregate_{i}"] = a.total
             self.levels_record[f"scale_{i}"] = a.scale
             self.levels_record[f"bits_{i}"] = np.array(codec.fmt.bits)
+        learned["cpu_s"] = time.process_time() - cpu0
         self._record_iteration(i, a, values, compressed, end, err, compress_s, decode_s,
                                codec, learned)
         return a
@@ -371,13 +383,14 @@ class Agent:
                    refused=stats.refused, send_errors=stats.send_errors, clipped=a.clipped,
                    headroom=codec.headroom, bits=codec.fmt.bits, **gvq,
                    rel_error=err, encode_s=a.encode_s + compress_s, decode_s=decode_s,
-                   rtt_median_s=float(np.median(rtts)) if rtts else None,
-                   window_mean=stats.window_mean, **learned)
+                   rtt_median_s=statistics.median(rtts) if rtts else None,
+                   window_mean=stats.window_mean, wakeups=stats.wakeups, **learned)
 
     def run(self):
         cfg = self.cfg
         if self.ring is not None:
             self.ring.connect(timeout=cfg.start_timeout)
+        kernels.warm()  # compiled (or loaded) before the timed part
         self._emit(type="start", mode=cfg.mode, job_id=cfg.job_id, worker=cfg.worker, bits=cfg.bits,
                    lanes=self.fmt.lanes, lane_width=self.fmt.width, elements=self.elements,
                    window=self.window, trace=self.source.name, compress=cfg.compress,
@@ -390,6 +403,7 @@ class Agent:
                     raise AgentError(f"no start signal ({cfg.start_file}) within "
                                      f"{cfg.start_timeout:.0f} s")
                 time.sleep(0.002)
+        usage0 = resource.getrusage(resource.RUSAGE_SELF)
         predicted, size = None, None
         for i in range(cfg.iterations):
             a = self.iteration(i, predicted)
@@ -401,7 +415,11 @@ class Agent:
             size = len(a.total)
         if cfg.record_levels:
             np.savez(Path(cfg.output).with_suffix(".npz"), **self.levels_record)
-        self._emit(type="done", end=time.time(), last_values=size)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        # CPU time of the iterations (warm-ups included), not of loading the trace
+        self._emit(type="done", end=time.time(), last_values=size,
+                   cpu_user_s=usage.ru_utime - usage0.ru_utime,
+                   cpu_system_s=usage.ru_stime - usage0.ru_stime)
 
     def _emit(self, **record):
         self.out.write(json.dumps(record) + "\n")

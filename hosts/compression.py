@@ -102,9 +102,22 @@ class WorkerCodec:
         """Levels of ``values`` (one or more whole chunks) under ``codes``."""
         return self.quantizer.quantize(values, codes, self.chunk_elems)
 
+    def quantize_into(self, values: np.ndarray, codes: np.ndarray, payload: np.ndarray,
+                      levels: np.ndarray | None = None):
+        """Quantize ``values`` (whole chunks) under ``codes`` and pack chunk ``r`` into
+        row ``r`` of ``payload`` (big-endian words of packets); ``levels`` gets the
+        levels if given."""
+        self.quantizer.quantize_into(values, codes, self.chunk_elems, payload, levels)
+
     # -- after the exchange ---------------------------------------------------------
     def dequantize_sum(self, level_sums: np.ndarray, codes: np.ndarray) -> np.ndarray:
         return self.quantizer.dequantize_sum(level_sums, codes, self.chunk_elems)
+
+    def dequantize_words(self, payload: np.ndarray, codes: np.ndarray, count: int,
+                         sums: np.ndarray | None = None) -> np.ndarray:
+        """The summed vector (``count`` values) from aggregated payload rows; ``sums``
+        gets the level sums if given."""
+        return self.quantizer.dequantize_words(payload, codes, count, self.chunk_elems, sums)
 
     def book(self, values: np.ndarray, levels: np.ndarray, codes: np.ndarray):
         """Error feedback: keep what this worker's quantization of ``values`` dropped."""

@@ -36,6 +36,9 @@ import numpy as np
 
 from .lanes import WORD_BITS, LaneFormat
 
+_NO_LEVELS = np.zeros(0, dtype=np.int32)
+_NO_SUMS = np.zeros(0, dtype=np.int64)
+
 #: Smallest exponent a chunk scale may have. An all-zero chunk gets it. It keeps
 #: ``L / 2**e`` and ``2**e / L`` normal float32 numbers for every ``L <= 127``.
 EXP_MIN = -100
@@ -211,7 +214,10 @@ class Quantizer:
 
         b >= 2: levels in -L..L; b = 1: values in {0, 1} (1 meaning +1).
         """
-        u = self._encodings(grad, exps, chunk_elems)
+        return self.levels(self.encodings(grad, exps, chunk_elems))
+
+    def levels(self, u: np.ndarray) -> np.ndarray:
+        """Levels (int32) of lane values ``u`` from :meth:`encodings` (reused in place)."""
         if self.fmt.bits == WORD_BITS:
             return (u.astype(np.int64) - self.fmt.offset).astype(np.int32)
         levels = u.view(np.int32)  # u <= 2L < 2**31: the same bits
@@ -231,7 +237,7 @@ class Quantizer:
     def encode(self, grad: np.ndarray, exps: np.ndarray, chunk_elems: int) -> np.ndarray:
         """Quantize and pack a flattened gradient into uint32 words, chunk after chunk."""
         self.check_chunk(chunk_elems)
-        return self.fmt.pack_lanes(self._encodings(grad, exps, chunk_elems))
+        return self.fmt.pack_lanes(self.encodings(grad, exps, chunk_elems))
 
     def decode(self, words: np.ndarray, exps: np.ndarray, count: int,
                chunk_elems: int) -> np.ndarray:
@@ -241,6 +247,45 @@ class Quantizer:
             raise ValueError(f"{len(words)} words cannot hold {count} elements "
                              f"({self.fmt.describe()})")
         return self.dequantize_sum(self.fmt.unpack_sum(words, count), exps, chunk_elems)
+
+    # -- one pass per element (hosts/kernels.py) ---------------------------------
+    def quantize_into(self, grad: np.ndarray, exps: np.ndarray, chunk_elems: int,
+                      payload: np.ndarray, levels: np.ndarray | None = None) -> None:
+        """Quantize and pack ``grad`` into ``payload``, chunk ``r`` into row ``r`` (the
+        payload words of one packet, big-endian ``>u4``); what ``encode`` gives, in one
+        pass. ``levels``, if given, gets the levels as :meth:`quantize` returns them."""
+        from . import kernels
+        g = np.asarray(grad).reshape(-1)
+        e = self._exponents(exps, len(g), chunk_elems)
+        gains = (self._gain / self.rule.factors(e)).astype(self.dtype)
+        n = len(g)
+        if self.stochastic:
+            noise = self.rng.random(dtype=self.dtype, out=self._buffer("_noise", n))
+            add = self.dtype.type(self._centre)
+        else:
+            noise = self._buffer("_noise", 0)
+            add = self.dtype.type(self._centre + 0.5)
+        kernels.quantize_pack(g, gains, noise, add, self.dtype.type(2.0 * self._centre),
+                              chunk_elems, self.fmt.lanes, self.fmt.width, self.fmt.offset,
+                              payload.view(np.uint32),
+                              _NO_LEVELS if levels is None else levels)
+
+    def dequantize_words(self, payload: np.ndarray, exps: np.ndarray, count: int,
+                         chunk_elems: int, sums: np.ndarray | None = None) -> np.ndarray:
+        """float32 sum of ``count`` elements from aggregated payload rows (big-endian
+        ``>u4``, one packet's words per row): what ``decode`` gives, in one pass.
+        ``sums`` (int64), if given, gets the level sums as ``unpack_sum`` returns them."""
+        from . import kernels
+        fmt = self.fmt
+        factors = self.rule.factors(self._exponents(exps, count, chunk_elems))
+        factors = (factors / self._gain_for_sum()).astype(self.dtype)
+        out = np.empty(count, dtype=np.float32)
+        kernels.unpack_scale(payload.view(np.uint32), count, fmt.lanes, fmt.width,
+                             (fmt.workers * fmt.offset) & 0xFFFFFFFF if fmt.bits == WORD_BITS
+                             else fmt.workers * fmt.offset,
+                             fmt.workers if fmt.bits == 1 else 0, factors, chunk_elems, out,
+                             _NO_SUMS if sums is None else sums, np.zeros(1, self.dtype))
+        return out
 
     # -- internals ----------------------------------------------------------------------
     def _gain_for_sum(self) -> float:
@@ -264,7 +309,7 @@ class Quantizer:
             setattr(self, name, buf)
         return buf[:size]
 
-    def _encodings(self, grad, exps, chunk_elems: int) -> np.ndarray:
+    def encodings(self, grad, exps, chunk_elems: int) -> np.ndarray:
         """Offset-binary lane values u (uint32, 0..2*centre) of the flattened gradient."""
         g = np.asarray(grad).reshape(-1)
         if g.dtype.kind != "f":

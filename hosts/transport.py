@@ -40,14 +40,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..p4.header import (FIELD_OFFSETS, FLAG_RESULT, FLAG_RETX, QAINA_LEN, QAINA_STRUCT,
-                         QAINA_WORDS, wire)
-
-_FLAGS = FIELD_OFFSETS["flags"]
+from ..p4.header import FIELD_OFFSETS, FLAG_RESULT, FLAG_RETX, QAINA_WORDS, wire
 
 INITIAL_WINDOW = 4
 DUP_THRESHOLD = 3
 RTO_INITIAL = 0.2  # seconds, before the first RTT sample
+#: job_id (16 bits), worker (8) and the result flag of a header's first word
+_LEAD_MASK = np.uint32(0xFFFFFF00 | FLAG_RESULT)
 
 
 class RttEstimator:
@@ -91,12 +90,16 @@ class CongestionWindow:
     def allowed(self) -> int:
         return max(1, int(self.cwnd))
 
-    def on_result(self):
-        if self.cwnd < self.ssthresh:
-            self.cwnd += 1
-        else:
-            self.cwnd += 1 / self.cwnd
-        self.cwnd = min(self.cwnd, float(self.limit))
+    def on_result(self, count: int = 1):
+        """``count`` results arrived."""
+        for _ in range(count):
+            if self.cwnd < self.ssthresh:
+                self.cwnd += 1
+            else:
+                self.cwnd += 1 / self.cwnd
+            if self.cwnd >= self.limit:
+                self.cwnd = float(self.limit)
+                break
 
     def on_loss(self, chunk: int, next_chunk: int):
         """Chunk ``chunk`` was lost; ``next_chunk`` is the next one not yet sent."""
@@ -125,6 +128,7 @@ class ExchangeStats:
     first_send: float = 0.0
     rtts: list = field(default_factory=list)
     window_mean: float = 0.0  # chunks allowed in flight, mean over sends
+    wakeups: int = 0  # times the stream woke up to take results
 
 
 class StreamStalled(RuntimeError):
@@ -138,8 +142,9 @@ class SlotStream:
                  worker: int, slot_base: int, slots: int, rto_min: float, rto_max: float,
                  stall_timeout: float, words: int = QAINA_WORDS):
         self.sock = sock
+        self.wire = wire(words)
         self.words = words  # payload words per chunk (the switch's build)
-        self.packet_len = wire(words).datagram_len  # UDP payload of one chunk
+        self.packet_len = self.wire.datagram_len  # UDP payload of one chunk
         self.dest = aggregator
         self.job_id = job_id
         self.worker = worker
@@ -149,152 +154,267 @@ class SlotStream:
         self.rtt = RttEstimator(rto_min, rto_max)
         self.window = CongestionWindow(slots)
         self.position = 0  # sequence number of the next chunk in the job's stream
+        self.min_batch = max(1, slots // 4)  # chunks encoded and sent together
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+        self._rx = _Receiver(self.wire)
+        #: the first header word of this worker's results, under _LEAD_MASK
+        self.lead = np.uint32(job_id << 16 | worker << 8 | FLAG_RESULT)
 
-    def packet(self, k: int, exp: int, words, flags: int = 0) -> bytes:
-        """The datagram of chunk ``k`` (its slot and copy follow from ``k``)."""
-        slot = self.slot_base + k % self.slots
-        ver = (k // self.slots) % 2
-        return QAINA_STRUCT.pack(self.job_id, self.worker, flags, slot, ver, exp,
-                                 k & 0xFFFFFFFF) + words.tobytes()
+    def datagrams(self, n: int, exps: np.ndarray) -> np.ndarray:
+        """Chunks ``position .. position + n - 1`` as QAINA datagrams (``wire.dtype``)
+        with every header field set; the payload words are left to the encoder."""
+        k = self.position + np.arange(n, dtype=np.int64)
+        d = np.zeros(n, dtype=self.wire.dtype)
+        d["job_id"] = self.job_id
+        d["worker"] = self.worker
+        d["slot"] = self.slot_base + k % self.slots
+        d["ver"] = (k // self.slots) % 2
+        d["exp"] = exps
+        d["seq"] = k & 0xFFFFFFFF
+        return d
 
-    def exchange(self, n: int, build):
-        """Send ``n`` chunks and collect their results.
+    def exchange(self, exps: np.ndarray, encode):
+        """Send ``len(exps)`` chunks, chunk ``c`` carrying exponent ``exps[c]``, and
+        collect their results.
 
-        ``build(c, agreed)`` returns (exponent to carry, big-endian words) of chunk
-        ``c`` when it is sent; ``agreed`` holds the exponents returned so far.
-        Returns (result words as uint32 [n, words], agreed exponents [n], stats).
+        ``encode(a, b, agreed, words)`` fills ``words[a:b]`` (payload words of chunks
+        ``a .. b-1``, a view of the datagrams) just before they go out; ``agreed``
+        holds the exponents the results brought so far (the result of chunk ``c``
+        arrives before chunk ``c + slots`` is encoded).
+        Returns (result words as big-endian >u4 [n, words], agreed exponents [n], stats).
         """
-        run = _Exchange(self, n, build)
+        run = _Exchange(self, self.datagrams(len(exps), exps), encode)
         run.loop()
-        self.position += n
-        return run.results.astype(np.uint32), run.agreed, run.stats
+        self.position += len(exps)
+        return run.results, run.agreed, run.stats
+
+
+class _Receiver:
+    """Datagrams read from the socket into rows of one array, parsed together."""
+
+    BATCH = 256
+
+    def __init__(self, w):
+        self.rows = np.zeros(self.BATCH, dtype=w.dtype)
+        stride = {"buffer": self.rows, "strides": (w.datagram_len,)}
+        #: job_id, worker and flags of each row as one big-endian word; seq
+        self.lead = np.ndarray((self.BATCH,), ">u4", offset=0, **stride)
+        self.seq = np.ndarray((self.BATCH,), ">u4", offset=FIELD_OFFSETS["seq"], **stride)
+        flat = memoryview(self.rows.view(np.uint8))
+        self.views = [flat[i * w.datagram_len:(i + 1) * w.datagram_len]
+                      for i in range(self.BATCH)]
+        self.expected = w.datagram_len
+
+    def drain(self, sock, source) -> tuple[int, int]:
+        """Read what is ready; returns (rows filled with results from ``source`` of the
+        right length, datagrams refused)."""
+        recvfrom_into, expected = sock.recvfrom_into, self.expected
+        kept = refused = 0
+        views = self.views
+        while kept < self.BATCH:
+            try:
+                size, sender = recvfrom_into(views[kept])
+            except BlockingIOError:
+                break
+            if size != expected or sender != source:
+                refused += 1
+            else:
+                kept += 1
+        return kept, refused
 
 
 class _Exchange:
-    """The state of one ``SlotStream.exchange``: chunks in flight, results, timer."""
+    """The state of one ``SlotStream.exchange``: chunks in flight, results, timer.
 
-    def __init__(self, stream: SlotStream, n: int, build):
+    Per chunk, in arrays: when it was last sent, how often, how many results of later
+    chunks arrived since, and whether its result is in. Results are taken in batches,
+    as many as are ready.
+    """
+
+    def __init__(self, stream: SlotStream, datagrams: np.ndarray, encode):
         self.s = stream
-        self.n = n
-        self.build = build
+        self.n = n = len(datagrams)
+        self.d = datagrams
+        self.encode = encode
         self.k0 = stream.position
+        flat = memoryview(datagrams.view(np.uint8))
+        size = stream.packet_len
+        self.views = [flat[c * size:(c + 1) * size] for c in range(n)]
         self.results = np.zeros((n, stream.words), dtype=">u4")
         self.agreed = np.zeros(n, dtype=np.int8)
         self.got = np.zeros(n, dtype=bool)
-        # chunk -> [packet, last send time, sent more than once, later results seen];
-        # in chunk order, which is send order (a resend does not move a chunk).
-        self.pending: dict[int, list] = {}
+        self.sent_at = np.zeros(n)
+        self.sends = np.zeros(n, dtype=np.int32)
+        self.later = np.zeros(n, dtype=np.int32)  # results of later chunks since the last send
         self.stats = ExchangeStats(first_send=time.time())
-        self.next_c = 0
+        self.next_c = 0  # chunks 0 .. next_c - 1 were sent
+        self.low = 0  # every chunk below has its result
         self.done = 0
         self.timer: float | None = None  # when the retransmission timer expires
         self.last_progress = time.monotonic()
         self.windows = 0.0
 
+    @property
+    def in_flight(self) -> int:
+        """Chunks sent whose result is not in."""
+        return self.next_c - self.done
+
     def loop(self):
-        buf = bytearray(2048)
-        sock = self.s.sock
+        s = self.s
+        poll = s._poll.poll
         while self.done < self.n:
             self.fill()
             now = time.monotonic()
             wait = 0.05 if self.timer is None else min(0.05, max(0.0, self.timer - now))
-            if select.select([sock], [], [], wait)[0]:
-                self.receive(buf)
+            if poll(wait * 1e3):
+                self.stats.wakeups += 1
+                self.receive()
             now = time.monotonic()
             if self.timer is not None and now >= self.timer:
                 self.expire(now)
-            if self.pending and now - self.last_progress > self.s.stall_timeout:
+            if self.done < self.n and now - self.last_progress > s.stall_timeout:
                 raise StreamStalled(
-                    f"no result for {self.s.stall_timeout:.0f} s with {len(self.pending)} "
-                    f"chunks outstanding (is the switch up, the job programmed, the route "
-                    f"to {self.s.dest[0]} there?)")
+                    f"no result for {s.stall_timeout:.0f} s with {self.in_flight} chunks "
+                    f"outstanding (is the switch up, the job programmed, the route to "
+                    f"{s.dest[0]} there?)")
         sent = self.stats.packets_sent - self.stats.retransmissions
         self.stats.window_mean = self.windows / sent if sent else 0.0
 
-    def fill(self):
-        """Send new chunks while the window and the slots allow."""
-        s, got, pending = self.s, self.got, self.pending
+    def sendable(self) -> int:
+        """How many chunks from ``next_c`` on the window and the slots let go now."""
+        s, c = self.s, self.next_c
+        k = min(self.n - c, s.window.allowed - self.in_flight)
+        if k <= 0:
+            return 0
         S = s.slots
-        while (self.next_c < self.n and len(pending) < s.window.allowed
-               and (self.next_c < S or got[self.next_c - S])):
-            c = self.next_c
-            exp, words = self.build(c, self.agreed)
-            pkt = s.packet(self.k0 + c, exp, words)
-            now = time.monotonic()
-            self.send(pkt)
-            pending[c] = [pkt, now, False, 0]
-            self.windows += s.window.allowed
-            if self.timer is None:
-                self.timer = now + s.rtt.rto
-            self.next_c += 1
+        if c + k > S:  # chunk c + i reuses the slot of c + i - S: its result must be in
+            lo = max(c, S)
+            free = self.got[lo - S:c + k - S]
+            if not free.all():
+                k = lo - c + int(np.argmin(free))
+        return k
 
-    def send(self, pkt: bytes):
-        """One datagram; a full or lossy egress queue (ENOBUFS) is a lost packet."""
-        self.stats.packets_sent += 1
-        try:
-            self.s.sock.sendto(pkt, self.s.dest)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOBUFS, errno.EAGAIN):
-                raise
-            self.stats.send_errors += 1
+    def fill(self):
+        """Encode and send the chunks the window and the slots allow, together once
+        enough are free (or the stream's last ones)."""
+        k = self.sendable()
+        batch = min(self.s.min_batch, max(1, self.s.window.allowed // 2))
+        if k <= 0 or (k < batch and self.next_c + k < self.n and self.in_flight > 0):
+            return
+        a, b = self.next_c, self.next_c + k
+        self.encode(a, b, self.agreed, self.d["words"])
+        now = time.monotonic()
+        self.windows += self.s.window.allowed * k
+        self.sent_at[a:b] = now
+        self.sends[a:b] = 1
+        self.next_c = b
+        self.send(range(a, b))
+        if self.timer is None:
+            self.timer = now + self.s.rtt.rto
 
-    def resend(self, c: int, now: float):
-        entry = self.pending[c]
-        pkt = entry[0]
-        if not entry[2]:
-            pkt = entry[0] = pkt[:_FLAGS] + bytes([pkt[_FLAGS] | FLAG_RETX]) + pkt[_FLAGS + 1:]
-        entry[1], entry[2], entry[3] = now, True, 0
-        self.stats.retransmissions += 1
-        self.send(pkt)
-        self.s.window.on_loss(c, self.next_c)
-
-    def receive(self, buf: bytearray):
-        s, stats, pending = self.s, self.stats, self.pending
-        recvfrom_into = s.sock.recvfrom_into
-        while True:
+    def send(self, chunks):
+        """The datagrams of ``chunks``; a full or lossy egress queue (ENOBUFS) is a
+        lost packet."""
+        sendto, views, dest = self.s.sock.sendto, self.views, self.s.dest
+        errors = 0
+        for c in chunks:
             try:
-                size, source = recvfrom_into(buf)
-            except BlockingIOError:
-                return
-            if size != s.packet_len or source != s.dest:
-                stats.refused += 1
-                continue
-            job, worker, flags, _, _, exp, seq = QAINA_STRUCT.unpack_from(buf, 0)
-            c = (seq - self.k0) & 0xFFFFFFFF
-            if job != s.job_id or worker != s.worker or not flags & FLAG_RESULT:
-                stats.refused += 1
-                continue
-            stats.packets_received += 1
-            entry = pending.pop(c, None) if c < self.n else None
-            if entry is None:
-                stats.duplicates += 1
-                continue
-            now = time.monotonic()
-            if not entry[2]:  # Karn's rule
-                rtt = now - entry[1]
-                stats.rtts.append(rtt)
+                sendto(views[c], dest)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOBUFS, errno.EAGAIN):
+                    raise
+                errors += 1
+        self.stats.packets_sent += len(chunks)
+        self.stats.send_errors += errors
+
+    def resend(self, chunks, now: float):
+        """Chunks sent before go again, flagged as retransmissions."""
+        if not len(chunks):
+            return
+        self.d["flags"][chunks] |= FLAG_RETX
+        self.sent_at[chunks] = now
+        self.sends[chunks] += 1
+        self.later[chunks] = 0
+        chunks = chunks.tolist()
+        self.stats.retransmissions += len(chunks)
+        self.send(chunks)
+        for c in chunks:
+            self.s.window.on_loss(c, self.next_c)
+
+    def receive(self):
+        s, stats, rx = self.s, self.stats, self.s._rx
+        kept, refused = rx.drain(s.sock, s.dest)
+        stats.refused += refused
+        if not kept:
+            return
+        # job_id, worker and the result flag in one word: results for this worker only
+        ok = (rx.lead[:kept] & _LEAD_MASK) == s.lead
+        c = rx.seq[:kept].astype(np.int64)
+        c -= self.k0
+        c &= 0xFFFFFFFF
+        results = int(np.count_nonzero(ok))
+        stats.refused += kept - results
+        stats.packets_received += results
+        ok &= c < self.n
+        idx = np.flatnonzero(ok)
+        chunks = c[idx]
+        fresh = ~self.got[chunks]
+        if not fresh.all():
+            idx, chunks = idx[fresh], chunks[fresh]
+        if len(chunks) > 1 and not (np.diff(chunks) > 0).all():
+            chunks, first = np.unique(chunks, return_index=True)
+            idx = idx[first]
+        stats.duplicates += results - len(chunks)  # chunks done before, or twice in the batch
+        if not len(chunks):
+            return
+        self._take(chunks, rx.rows[idx])
+
+    def _take(self, chunks: np.ndarray, rows: np.ndarray):
+        """The results ``rows`` of ``chunks`` (new, ascending) are in."""
+        s, now = self.s, time.monotonic()
+        once = chunks[self.sends[chunks] == 1]  # Karn's rule
+        if len(once):
+            rtts = (now - self.sent_at[once]).tolist()
+            self.stats.rtts.extend(rtts)
+            for rtt in rtts:
                 s.rtt.sample(rtt)
-            self.results[c] = np.frombuffer(buf, ">u4", s.words, QAINA_LEN)
-            self.agreed[c] = exp
-            self.got[c] = True
-            self.done += 1
-            self.last_progress = now
-            s.window.on_result()
-            self.timer = now + s.rtt.rto if pending else None
-            for older, e in pending.items():  # chunks sent before c, still outstanding
-                if older >= c:
-                    break
-                e[3] += 1
-                if e[3] == DUP_THRESHOLD:
-                    stats.fast_retransmits += 1
-                    self.resend(older, now)
+        self.results[chunks] = rows["words"]
+        self.agreed[chunks] = rows["exp"]
+        self.got[chunks] = True
+        self.done += len(chunks)
+        if chunks[0] == self.low:
+            self.low = self.next_c if self.done == self.next_c else (
+                self.low + int(np.argmin(self.got[self.low:self.next_c])))
+        self.last_progress = now
+        s.window.on_result(len(chunks))
+        self.timer = now + s.rtt.rto if self.done < self.next_c else None
+        self._fast_retransmit(chunks, now)
+
+    def _fast_retransmit(self, new: np.ndarray, now: float):
+        """Chunks still outstanding for which ``DUP_THRESHOLD`` results of chunks sent
+        after them have now arrived go again at once."""
+        if self.low >= self.next_c:
+            return
+        top = int(new[-1])
+        waiting = self.low + np.flatnonzero(~self.got[self.low:min(top, self.next_c)])
+        if not len(waiting):
+            return
+        before = self.later[waiting]
+        after = before + len(new) - np.searchsorted(new, waiting, side="right")
+        self.later[waiting] = after
+        fire = waiting[(before < DUP_THRESHOLD) & (after >= DUP_THRESHOLD)]
+        self.stats.fast_retransmits += len(fire)
+        self.resend(fire, now)
 
     def expire(self, now: float):
         """The retransmission timer fired: resend what waited an RTO, back off."""
         stats, rto = self.stats, self.s.rtt.rto
         stats.timeouts += 1
-        for c, entry in self.pending.items():
-            if now - entry[1] >= rto or c == next(iter(self.pending)):
-                self.resend(c, now)
+        waiting = self.low + np.flatnonzero(~self.got[self.low:self.next_c])
+        if len(waiting):
+            late = now - self.sent_at[waiting] >= rto
+            late[0] = True  # the oldest outstanding chunk always goes
+            self.resend(waiting[late], now)
         self.s.rtt.backoff()
-        self.timer = now + self.s.rtt.rto if self.pending else None
+        self.timer = now + self.s.rtt.rto if self.done < self.next_c else None

@@ -1,11 +1,13 @@
 """The embedded switch's fast path for what a worker sends: a window of contributions.
 
-A burst read from one port that is one member's first contributions to distinct
-slots of its job is applied with numpy at once. Packets to different slots touch
-disjoint register cells, so this leaves the registers, counters and results that the
-per-packet path (``Pipeline._process_frames``, the reference) leaves;
-``tests/test_pipeline_burst.py`` checks it frame for frame. Any other burst is left
-untouched for the per-packet path.
+A burst read from one port that is one member's contributions to distinct slots of
+its job is applied with numpy at once: first contributions are summed, duplicates
+dropped, retransmissions of completed uses answered in their turn. Packets to
+different slots touch disjoint register cells, so this leaves the registers,
+counters and results that the per-packet path (``Pipeline._process_frames``, the
+reference) leaves; ``tests/test_pipeline_burst.py`` checks it frame for frame. Any
+other burst is left untouched for the per-packet path. Under overload the burst path
+also sheds whole slot uses (``overload.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import itertools
 
 import numpy as np
 
-from ..constants import RESULT_TTL
+from ..constants import RESULT_TTL, Drop
 from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_RESULT, IP_DST, IP_FLAGS_FRAG,
                       IP_PROTO, IP_SRC, IP_TOTAL_LEN, IP_TTL, IP_VIHL, PAYLOAD_OFFSET,
                       QAINA_AT, QAINA_OFFSET, UDP_CSUM, UDP_DPORT)
@@ -84,46 +86,102 @@ def window_member(p, in_port: int, slots, lengths, frames: np.ndarray):
     return member, slot_ids
 
 
-def apply_window(p, in_port: int, slots, lengths, frames: np.ndarray) -> bool:
+def apply_window(p, in_port: int, slots, lengths, frames: np.ndarray,
+                 overloaded: bool = False) -> bool:
     """Apply the burst with numpy if it is one member's window (see the module
-    docstring); returns False, having changed nothing, for any other burst."""
+    docstring); returns False, having changed nothing, for any other burst.
+
+    Contributions the worker made before are duplicates (dropped) or retransmissions
+    of completed uses (answered, in their turn). From an ``overloaded`` port, and
+    to slot uses being discarded, some are shed (``overload.py``).
+    """
     found = window_member(p, in_port, slots, lengths, frames)
     if found is None:
         return False
-    (worker, _, cell, n_workers, _, _, group), slot_ids = found
+    member, slot_ids = found
+    worker, n_workers = member[0], member[3]
     k = len(lengths)
-    ver_pool = frames[:k, _VER].astype(np.intp) * p.pool_slots
-    copies = slot_ids + ver_pool
+    copies = slot_ids + frames[:k, _VER].astype(np.intp) * p.pool_slots
     mask = 1 << worker
-    seen = p.agg_seen[copies]
-    if (seen & mask).any():
-        return False
-    # First contributions of this worker to these uses of the slots.
-    p.agg_seen[copies] = seen | mask
-    p.agg_seen[slot_ids + (p.pool_slots - ver_pool)] &= ~mask & 0xFFFFFFFF  # shadows
+    mine = (p.agg_seen[copies] & mask) != 0  # contributed to this use of the slot before
+    shedder = p.shedder
+    if not mine.any() and not overloaded and not shedder.marked:
+        _contribute(p, slots, lengths, frames, None, copies, mask, member)
+        return True
     count = p.agg_count[copies]
+    fresh = ~mine
+    shed = np.zeros(k, dtype=bool)
+    shed[fresh] = shedder.discard(copies[fresh], mask, count[fresh] == 0, n_workers,
+                                  overloaded)
+    answer = mine & (count == 0)  # the result went out: a retransmission to answer
+    if overloaded:
+        shed |= answer
+        answer[:] = False
+    _count_drops(p, lengths, Drop.SHED, shed)
+    _count_drops(p, lengths, Drop.DUPLICATE, mine & (count != 0))
+    apply = fresh & ~shed
+    if not answer.any():
+        if apply.any():
+            _contribute(p, slots, lengths, frames, np.flatnonzero(apply), copies, mask, member)
+        return True
+    # Results and answers leave in the order of the frames that caused them.
+    kind = np.where(apply, 1, 0) + np.where(answer, 2, 0)
+    edges = np.flatnonzero(np.diff(kind)) + 1
+    for start, stop in zip(np.r_[0, edges].tolist(), np.r_[edges, k].tolist()):
+        if kind[start] == 1:
+            _contribute(p, slots, lengths, frames, np.arange(start, stop), copies, mask, member)
+        elif kind[start] == 2:
+            for i in range(start, stop):
+                buf, payload = slots[i]
+                p._aggregate(buf, payload, lengths[i], in_port, member,
+                             HEADERS.unpack_from(buf, ETH_TYPE))
+    return True
+
+
+def _count_drops(p, lengths, reason: int, which: np.ndarray):
+    if which.any():
+        count_packets(p.cells["MyIngress.drops"], 2 * reason, lengths, which)
+
+
+def _contribute(p, slots, lengths, frames: np.ndarray, sel, copies: np.ndarray, mask: int,
+                member: tuple):
+    """First contributions of one worker (``mask``: its bit) to distinct slot uses:
+    the frames ``sel`` of the burst (None: all of them)."""
+    _, _, cell, n_workers, _, _, group = member
+    k = len(lengths)
+    rows = slice(0, k) if sel is None else sel
+    mine = copies if sel is None else copies[sel]
+    ver_pool = mine - (mine % p.pool_slots)
+    p.agg_seen[mine] |= mask
+    p.agg_seen[mine % p.pool_slots + (p.pool_slots - ver_pool)] &= ~mask & 0xFFFFFFFF  # shadows
+    count = p.agg_count[mine]
     opened = count == 0
-    payloads = frames[:k, PAYLOAD_OFFSET:p.frame_len].view(">u4")
+    payloads = frames[rows, PAYLOAD_OFFSET:p.frame_len].view(">u4")
     if opened.all():
-        p.agg_sum[copies] = payloads
+        p.agg_sum[mine] = payloads
     elif not opened.any():
-        p.agg_sum[copies] += payloads
+        p.agg_sum[mine] += payloads
     else:
-        p.agg_sum[copies[opened]] = payloads[opened]
+        p.agg_sum[mine[opened]] = payloads[opened]
         added = ~opened
-        p.agg_sum[copies[added]] += payloads[added]
-    exps = frames[:k, _EXP].view(np.int8)
-    exps = np.where(opened, exps, np.maximum(p.agg_exp[copies], exps))
-    p.agg_exp[copies] = exps
+        p.agg_sum[mine[added]] += payloads[added]
+    exps = frames[rows, _EXP].view(np.int8)
+    exps = np.where(opened, exps, np.maximum(p.agg_exp[mine], exps))
+    p.agg_exp[mine] = exps
     count += 1
     closed = count == n_workers
-    p.agg_count[copies] = np.where(closed, 0, count)
-    count_packets(p.cells["MyIngress.agg_packets"], cell, lengths)
-    count_packets(p.cells["MyIngress.slots_opened"], cell, lengths, opened)
+    p.agg_count[mine] = np.where(closed, 0, count)
+    picked = lengths if sel is None else [lengths[i] for i in sel.tolist()]
+    count_packets(p.cells["MyIngress.agg_packets"], cell, picked)
+    count_packets(p.cells["MyIngress.slots_opened"], cell, picked, opened)
     if closed.any():
-        count_packets(p.cells["MyIngress.slots_closed"], cell, lengths, closed)
-        _results_to_all(p, slots, frames, np.flatnonzero(closed), copies, exps, cell, group)
-    return True
+        count_packets(p.cells["MyIngress.slots_closed"], cell, picked, closed)
+        if sel is None:
+            _results_to_all(p, slots, frames, np.flatnonzero(closed), copies, exps, cell, group)
+        else:
+            all_exps = np.zeros(k, dtype=np.int8)
+            all_exps[sel] = exps
+            _results_to_all(p, slots, frames, sel[closed], copies, all_exps, cell, group)
 
 
 def _results_to_all(p, slots, frames: np.ndarray, done: np.ndarray, copies, exps,

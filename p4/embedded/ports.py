@@ -20,6 +20,7 @@ import struct
 
 import numpy as np
 
+from .overload import HIGH, LOW
 from .pipeline import SLOT_ALIGN_OFFSET, frame_slot
 
 log = logging.getLogger("qaina.switch.ports")
@@ -121,16 +122,18 @@ class Port:
     frames to the kernel.
     """
 
-    def __init__(self, number: int, ifname: str, rings: bool = True):
+    def __init__(self, number: int, ifname: str, rings: bool = True, receive: bool = True):
+        """``receive`` False: a port that only sends (it takes no frames in)."""
         self.number = number
         self.ifname = ifname
+        protocol = ETH_P_ALL if receive else 0
         try:
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(protocol))
         except PermissionError:
             raise PortError(f"port {number}: opening a raw socket needs root "
                             "(run the switch as root)") from None
         try:
-            sock.bind((ifname, ETH_P_ALL))
+            sock.bind((ifname, protocol))
         except OSError as exc:
             sock.close()
             raise PortError(f"port {number}: interface {ifname!r}: {exc.strerror}") from None
@@ -156,13 +159,15 @@ class Port:
         self._rx_words = self._tx_words = self._tx_halves = None
         self._rx_slots = self._tx_data = ()
         self._held = 0  # rx ring slots handed out by receive() and not yet released
-        if rings:
+        self.overloaded = False  # the receive ring is backing up (overload.py)
+        if rings and receive:
             try:
                 self._map_rx_ring()
             except OSError as exc:
                 log.warning("port %d (%s): no PACKET_MMAP receive ring (%s); using recv",
                             number, ifname, exc.strerror or exc)
                 self._unmap_rx()
+        if rings:
             try:
                 self._map_tx_ring()
             except OSError as exc:
@@ -194,10 +199,15 @@ class Port:
         self._rx_status = [i * RING_FRAME_SIZE // 4 for i in range(count)]
         self._rx_slots = [frame_slot(self._rx_map, i * RING_FRAME_SIZE + RX_FRAME_OFFSET,
                                      RING_FRAME_SIZE - RX_FRAME_OFFSET) for i in range(count)]
-        # The same frames as the rows of one array.
+        # The same frames as the rows of one array, and the slot headers' fields as
+        # columns: tp_status, tp_snaplen and tp_mac.
         self._rx_frames = np.ndarray((count, RING_FRAME_SIZE - RX_FRAME_OFFSET), np.uint8,
                                      buffer=self._rx_map, offset=RX_FRAME_OFFSET,
                                      strides=(RING_FRAME_SIZE, 1))
+        column = {"buffer": self._rx_map, "strides": (RING_FRAME_SIZE,)}
+        self._rx_status_col = np.ndarray((count,), np.uint32, offset=0, **column)
+        self._rx_snaplen_col = np.ndarray((count,), np.uint32, offset=8, **column)
+        self._rx_mac_col = np.ndarray((count,), np.uint16, offset=12, **column)
 
     def receive(self):
         """Frames ready in the receive ring: ``(slots, lengths, frames)``.
@@ -205,30 +215,30 @@ class Port:
         At most BURST frames, and none past the end of the ring; ``frames`` is the
         same frames as the rows of one array (None if one had to be copied elsewhere).
         """
-        words = self._rx_words
-        status = self._rx_status
         head = self._rx_head
         limit = min(BURST, self._rx_count - head)
         # The kernel fills slots in ring order and we release them in ring order, so
         # the ready frames are the slots from head on up to the first one it still owns.
-        n = limit
-        if not words[status[head + limit - 1]] & TP_STATUS_USER:
-            n = 0
-            for i in status[head:head + limit]:
-                if not words[i] & TP_STATUS_USER:
-                    break
-                n += 1
-        ready = status[head:head + n]
+        status = self._rx_status_col[head:head + limit]
+        ready = (status & TP_STATUS_USER) != 0
+        n = limit if ready[-1] else int(np.argmin(ready))
         slots = self._rx_slots[head:head + n]
-        lengths = [words[i + 2] for i in ready]  # tp_snaplen
+        lengths = self._rx_snaplen_col[head:head + n].tolist()
         frames = self._rx_frames[head:head + n]
-        if any(words[i + 3] & 0xFFFF != RX_FRAME_OFFSET  # tp_mac
-               or words[i] & TP_STATUS_VLAN_VALID for i in ready):
-            self._copy_unusual(ready, slots, lengths)
+        if n and ((self._rx_mac_col[head:head + n] != RX_FRAME_OFFSET).any()
+                  or (status[:n] & TP_STATUS_VLAN_VALID).any()):
+            self._copy_unusual(self._rx_status[head:head + n], slots, lengths)
             frames = None
         self._held = n
         self.rx_packets += n
+        self.overloaded = n == limit and self._backlogged(head + n)
         return slots, lengths, frames
+
+    def _backlogged(self, after: int) -> bool:
+        """Whether more than ``HIGH`` frames wait behind this burst (while overloaded:
+        more than ``LOW``); the kernel fills the ring in order."""
+        bound = LOW if self.overloaded else HIGH
+        return bool(self._rx_status_col[(after + bound) % self._rx_count] & TP_STATUS_USER)
 
     def _copy_unusual(self, ready, slots, lengths):
         """Frames not where they normally start in their slot, and frames whose VLAN
@@ -248,16 +258,15 @@ class Port:
 
     def release(self):
         """Give the frames of the last ``receive()`` back to the kernel."""
-        words, head = self._rx_words, self._rx_head
-        for i in self._rx_status[head:head + self._held]:
-            words[i] = TP_STATUS_KERNEL
+        head = self._rx_head
+        self._rx_status_col[head:head + self._held] = TP_STATUS_KERNEL
         head += self._held
         self._rx_head = head if head < self._rx_count else 0
         self._held = 0
 
     def _unmap_rx(self):
         self._rx_slots = ()
-        self._rx_frames = None
+        self._rx_frames = self._rx_status_col = self._rx_snaplen_col = self._rx_mac_col = None
         self._rx_words = self._release_view(self._rx_words)
         self._rx_map = self._close_map(self._rx_map)
 
@@ -518,7 +527,7 @@ class PortSet:
         try:
             pipeline = device.pipeline
             if pipeline is not None:  # no program yet: dropped, like BMv2 with --no-p4
-                pipeline.process_burst(port.number, slots, lengths, frames)
+                pipeline.process_burst(port.number, slots, lengths, frames, port.overloaded)
         finally:
             port.release()
 
