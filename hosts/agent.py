@@ -340,8 +340,7 @@ class Agent:
         if self.gvq is not None and not compressed:
             self._fit(aggregate, i)
         exact = self.source.exact(i)
-        err = (None if exact is None else
-               float(np.linalg.norm(aggregate - exact) / max(np.linalg.norm(exact), 1e-30)))
+        err = None if exact is None else float(kernels.relative_error(aggregate, exact))
         learned = self.source.apply(i, aggregate)
         if self.cfg.record_levels:
             self.levels_record[f"levels_{i}"] = a.levels

@@ -103,6 +103,19 @@ def unpack_scale(words, count, lanes, width, bias, sign_workers, factors, chunk_
                 i += 1
 
 
+@njit(cache=True, nogil=True)
+def relative_error(value, exact):
+    """``||value - exact|| / max(||exact||, 1e-30)`` in one pass, summed in float64."""
+    diff = 0.0
+    norm = 0.0
+    for i in range(value.shape[0]):
+        e = np.float64(exact[i])
+        d = np.float64(value[i]) - e
+        diff += d * d
+        norm += e * e
+    return np.sqrt(diff) / max(np.sqrt(norm), 1e-30)
+
+
 def warm():
     """Compile the kernels (or load them from the disk cache) for the formats a run
     uses, so that no agent compiles inside its timed loop."""
@@ -115,6 +128,7 @@ def warm():
         centre, top = dtype(1.0), dtype(2.0)
         quantize_pack(values, gains, noise, centre, top, 4, 1, 3, 1, out, levels)
         quantize_pack(values, gains, noise[:0], centre, top, 4, 1, 3, 1, out, levels[:0])
+        relative_error(values, values)
         for sums in (np.zeros(8, np.int64), np.zeros(0, np.int64)):
             unpack_scale(out, 8, 1, 3, 1, 0, gains, 4, np.zeros(8, np.float32), sums,
                          np.zeros(1, dtype))

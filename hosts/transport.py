@@ -70,6 +70,19 @@ class RttEstimator:
         self.rto = min(self.rto_max, max(self.rto_min, self.srtt + 4 * self.rttvar))
         self.backoffs = 0
 
+    def samples(self, rtts: list[float]):
+        """``sample`` each of ``rtts`` in turn."""
+        srtt, rttvar = self.srtt, self.rttvar
+        for rtt in rtts:
+            if srtt is None:
+                srtt, rttvar = rtt, rtt / 2
+            else:
+                rttvar = 0.75 * rttvar + 0.25 * abs(srtt - rtt)
+                srtt = 0.875 * srtt + 0.125 * rtt
+        self.srtt, self.rttvar = srtt, rttvar
+        self.rto = min(self.rto_max, max(self.rto_min, srtt + 4 * rttvar))
+        self.backoffs = 0
+
     def backoff(self):
         """The timer expired: double the RTO until the next sample (RFC 6298 5.5)."""
         self.rto = min(self.rto_max, 2 * self.rto)
@@ -377,8 +390,7 @@ class _Exchange:
         if len(once):
             rtts = (now - self.sent_at[once]).tolist()
             self.stats.rtts.extend(rtts)
-            for rtt in rtts:
-                s.rtt.sample(rtt)
+            s.rtt.samples(rtts)
         self.results[chunks] = rows["words"]
         self.agreed[chunks] = rows["exp"]
         self.got[chunks] = True

@@ -75,3 +75,15 @@ def test_kernels_write_into_strided_packet_rows():
     expected = Quantizer(fmt, np.random.default_rng(2)).encode(grad, codes, chunk)
     assert np.array_equal(d["words"].astype(np.uint32).reshape(-1), expected)
     assert not d["seq"].any() and not d["job_id"].any()  # the headers untouched
+
+
+def test_relative_error_is_the_norm_of_the_difference():
+    from qaina_bench.hosts.kernels import relative_error
+    rng = np.random.default_rng(3)
+    exact = rng.standard_normal(10_001).astype(np.float32)
+    value = exact + rng.standard_normal(10_001).astype(np.float32) * 0.01
+    want = np.linalg.norm(value.astype(np.float64) - exact) / np.linalg.norm(exact.astype(np.float64))
+    assert relative_error(value, exact) == pytest.approx(want, rel=1e-12)
+    assert relative_error(exact, exact) == 0.0
+    zero = np.zeros(4, dtype=np.float32)
+    assert relative_error(zero + 1, zero) == pytest.approx(2 / 1e-30)

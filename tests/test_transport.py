@@ -20,6 +20,18 @@ def test_rto_follows_rfc_6298():
     assert est.rto == pytest.approx(est.srtt + 4 * est.rttvar)
 
 
+def test_a_batch_of_samples_is_the_samples_one_by_one():
+    one, batch = RttEstimator(0.001, 60.0), RttEstimator(0.001, 60.0)
+    rtts = [0.05, 0.2, 0.011, 0.4, 0.09]
+    for rtt in rtts:
+        one.sample(rtt)
+    batch.backoff()
+    batch.samples(rtts[:2])
+    batch.samples(rtts[2:])
+    assert (batch.srtt, batch.rttvar, batch.rto, batch.backoffs) == \
+        (one.srtt, one.rttvar, one.rto, 0)
+
+
 def test_rto_is_clamped_and_backs_off_until_a_new_sample():
     est = RttEstimator(rto_min=0.1, rto_max=1.0)
     est.sample(0.001)

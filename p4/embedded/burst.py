@@ -24,7 +24,7 @@ from .parser import ETHERTYPE_IPV4, HEADERS
 from .replication import BLOCK_MIN
 
 #: bursts of at least this many frames are first tried as a whole
-BURST_MIN = 32
+BURST_MIN = 4
 _SLOT = slice(QAINA_AT["slot"], QAINA_AT["slot"] + 2)
 _VER, _EXP, _FLAGS = QAINA_AT["ver"], QAINA_AT["exp"], QAINA_AT["flags"]
 _CHECKED = slice(ETH_TYPE, _EXP)  # what the checks read, but for the slot and exp
