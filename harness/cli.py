@@ -84,6 +84,10 @@ _RUN_OPTIONS = [
                  help="32-bit words per aggregation packet: which qaina.p4 build runs"),
     click.option("--no-pack", "pack", flag_value=False, default=True,
                  help="one value per register word (the baseline that isolates packing)"),
+    click.option("--host-cpu", type=float, metavar="CORES",
+                 help="CPU isolation: every host (its agent, its parameter server) gets at "
+                 "most CORES of CPU time per second, e.g. 0.5 (Mininet's CPULimitedHost, "
+                 "a cgroup CFS quota)"),
 ]
 
 _COMPRESSION_OPTIONS = [

@@ -28,6 +28,7 @@ from .resultset import ResultWriter
 from .summary import summarise
 from ..topologies import TOPOLOGIES, LinkParams
 from .config import ConfigError, RunConfig
+from .cpulimit import limit_problem
 from .cpustat import CpuLedger
 from .jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
@@ -133,7 +134,8 @@ def new_run_id(cfg: RunConfig) -> str:
     if cfg.compress != "none":
         parts.append(cfg.compress)
     parts.append(f"train-{cfg.model}" if cfg.train else cfg.trace)
-    for name, value in (("bw", cfg.bw), ("delay", cfg.delay), ("loss", cfg.loss)):
+    for name, value in (("bw", cfg.bw), ("delay", cfg.delay), ("loss", cfg.loss),
+                        ("cpu", cfg.host_cpu)):
         if value:
             parts.append(f"{name}{value:g}" if isinstance(value, float) else f"{name}{value}")
     if cfg.target != "embedded":
@@ -179,6 +181,8 @@ class Run:
             raise ConfigError("--delay needs the kernel's netem qdisc, which this kernel "
                               "lacks (CONFIG_NET_SCH_NETEM); run without --delay, or on a "
                               "kernel with netem (e.g. the Vagrant VM)")
+        if cfg.host_cpu and limit_problem():
+            raise ConfigError(limit_problem())
         if cfg.loss and not self.netem and not nft_available():
             raise ConfigError("--loss needs netem or nftables: this kernel has no netem; "
                               "install nftables (apt-get install nftables)")
@@ -249,8 +253,11 @@ class Run:
         nft_loss = cfg.loss if cfg.loss and not self.netem else None
         if nft_loss:
             self.echo(f"  link loss {cfg.loss}% per direction by nftables (no netem here)")
+        if cfg.host_cpu:
+            self.echo(f"  every host limited to {cfg.host_cpu:g} cores of CPU time per second")
         self.testbed = Testbed(topo, cfg.target, self.writer.log_dir, self.record, nft_loss,
-                               log_packets=cfg.switch_log, words=cfg.payload_words)
+                               log_packets=cfg.switch_log, words=cfg.payload_words,
+                               host_cpu=cfg.host_cpu)
         with deferred_signals():
             self.testbed.start()
         self.switch_program = self.testbed.switch_program()

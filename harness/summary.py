@@ -249,6 +249,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "payload_words": cfg.payload_words,
         "packed": cfg.pack,
         "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},
+        "host_cpu": cfg.host_cpu,
         "startup_to_first_send_s": (first_send - meta["events"]["invoked"]
                                     if first_send else None),
         # first packet of any agent (warm-up included) to the last iteration done
