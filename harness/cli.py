@@ -199,7 +199,9 @@ gradient elements aggregated per second; fp32 Gb/s the same as 32-bit values; sl
 pk / mean aggregator slots the job held (sampled switch counters); eff register-bit
 efficiency (value bits / register bits held); rel err |aggregate - exact fp32 sum| /
 |exact sum|, mean over workers and iterations; retx retransmissions. n/a: not
-applicable (ring mode: the switches only route). Definitions: README, "Results".
+applicable (ring mode: the switches only route). fidelity: what bound each job's
+iterations: its links (network-bound), the CPU (cpu-bound), or neither clearly (mixed).
+Definitions: README, "Results".
 """
 
 
@@ -234,11 +236,34 @@ def print_summary(summary: dict, directory: Path):
             click.echo(f"    test accuracy {j['final_test_accuracy']:.3f}{reached}")
     if summary.get("startup_to_first_send_s") is not None:
         click.echo(f"first packet {summary['startup_to_first_send_s']:.1f} s after start")
+    print_fidelity(summary)
     for warning in summary.get("validity", {}).get("warnings", []):
         click.echo(f"warning: {warning}", err=True)
     for err in summary.get("errors", []):
         click.echo(f"error: {err}", err=True)
     click.echo(f"results: {directory}")
+
+
+def print_fidelity(summary: dict):
+    """The run's fidelity verdict with each job's reason, and where its CPU went; a
+    result set made before the verdict says so and gives its CPU saturation."""
+    fid = summary.get("fidelity")
+    if not fid:
+        sat = ((summary.get("validity") or {}).get("cpu") or {}).get("saturated")
+        click.echo("fidelity: not judged (a result set older than the verdict); CPU "
+                   + (f"saturated: {sat}" if sat else "not saturated"))
+        return
+    click.echo(f"fidelity: {fid['verdict']}")
+    for j in summary["jobs"]:
+        f = j.get("fidelity") or {}
+        click.echo(f"  job {j['job_id']}: {f.get('verdict', 'n/a')}, {f.get('reason', '')}")
+    cost = summary.get("cpu_cost")
+    if cost and cost.get("s_per_melem") is not None:
+        parts = [f"{name} {c['s_per_melem']:.2f}" for name, c in cost["components"].items()]
+        k = cost["kernel"]
+        click.echo(f"CPU s per million elements: {', '.join(parts)}; softirq "
+                   f"{k['s_per_melem']:.2f} (system-wide); {cost['total_s']:.1f} CPU s in "
+                   f"{cost['window_s']:.1f} s on {cost['cores']} cores")
 
 
 @main.command()
