@@ -9,8 +9,12 @@ last worker's last chunk dequantized.
 
 * **Links**: every direction of every link the job's traffic may cross (the links of
   its own hosts, workers and parameter server, and every switch-to-switch link),
-  measured at the switch's end: bytes in that direction during the transfer time /
-  (link rate x transfer time). The busiest direction is the job's bottleneck.
+  measured at the switch's end. The bottleneck may move: a parameter server's link
+  is busy towards the server while it gathers and from it while it scatters. So the
+  transfer time is cut at every link sample (100 ms apart), the busiest direction of
+  each piece is that piece's bottleneck, and the **link load** is the bytes the
+  bottlenecks carried / (link rate x transfer time). With one steady bottleneck it is
+  that link's utilisation. Counters are interpolated linearly between samples.
 * **CPU**: the busy share of all cores (``/proc/stat``; niced work is left out, it
   yields to the run), and per process the job depends on (its agents, its parameter
   server, every switch) its *demand*: the share of the transfer time it was running
@@ -21,12 +25,13 @@ last worker's last chunk dequantized.
 The verdict (``verdict``; the thresholds are ``NETWORK_BOUND``, ``WELL_BELOW`` and
 ``CPU_SATURATED``):
 
-* ``n/a``: no iteration completed, or no link sample fell into the transfer time;
+* ``n/a``: no iteration completed, or (shaped links) no link sample fell into the
+  transfer time;
 * ``cpu-bound`` when the links are unshaped (no ``--bw``): without a link rate there
   is nothing for the job to be network-bound by, packets cross the links as fast as
   the CPUs move them;
-* ``network-bound``: the bottleneck carried at least 90% of the link rate;
-* ``cpu-bound``: the CPU was saturated and the bottleneck carried less than 75%;
+* ``network-bound``: the link load was at least 90% of the link rate;
+* ``cpu-bound``: the CPU was saturated and the link load was below 75%;
 * ``mixed`` otherwise: a link between 75% and 90% with a saturated CPU, or links
   below 90% with an unsaturated CPU (latency, window, loss recovery).
 
@@ -46,7 +51,7 @@ ALL_STATES = BUSY_STATES + ("nice", "idle", "iowait")
 
 
 def verdict(utilisation: float | None, cpu_saturated: bool) -> str:
-    """What bound a job: ``utilisation`` of its bottleneck link (None: unshaped)."""
+    """What bound a job: ``utilisation``, its link load (None: links unshaped)."""
     if utilisation is None:
         return "cpu-bound"
     if utilisation >= NETWORK_BOUND:
@@ -109,26 +114,48 @@ def _counters(rows: list[dict], key: str, columns) -> dict[str, dict[str, Counte
             for name, rs in grouped.items()}
 
 
+def _pieces(counters: dict, intervals) -> list[tuple[float, float]]:
+    """The transfer time cut at every sample time of the counters."""
+    cuts = sorted({round(float(t), 4) for c in counters.values() for t in c.t}
+                  | {x for iv in intervals for x in iv})
+    return [(a, b) for a, b in zip(cuts, cuts[1:])
+            if any(lo <= a and b <= hi for lo, hi in intervals)]
+
+
 def link_load(link_rows: list[dict], interfaces: dict[str, str], hosts: set[str],
-              intervals, rate_mbit: float | None) -> tuple[list[dict], int]:
-    """Every direction of the job's links, busiest first, and how many link samples
-    fell into its transfer time."""
+              intervals, rate_mbit: float | None) -> dict:
+    """The job's links over its transfer time: every direction (busiest first), the
+    link load (the piece-by-piece bottleneck's bytes over rate x time; None when
+    unshaped), which directions were the bottleneck for what share of the time, and
+    how many link samples fell into the transfer time."""
     span = sum(b - a for a, b in intervals)
     switches = {name.split("-eth")[0] for name in interfaces}
     mine = {n: p for n, p in interfaces.items() if p in hosts or p in switches}
-    counters = _counters([r for r in link_rows if r["interface"] in mine], "interface",
-                         ("bytes_sent", "bytes_recv"))
-    out, samples = [], 0
-    for name, c in sorted(counters.items()):
-        samples = max(samples, c["bytes_sent"].samples_within(intervals))
-        for column, direction in (("bytes_sent", "to"), ("bytes_recv", "from")):
-            carried = c[column].over(intervals)
-            mbit_s = carried * 8 / span / 1e6
-            out.append({"interface": name, "direction": f"{direction} {mine[name]}",
-                        "bytes": int(carried), "mbit_s": mbit_s,
-                        "utilisation": mbit_s / rate_mbit if rate_mbit else None})
-    out.sort(key=lambda d: -d["bytes"])
-    return out, samples
+    grouped = _counters([r for r in link_rows if r["interface"] in mine], "interface",
+                        ("bytes_sent", "bytes_recv"))
+    counters = {(name, f"{way} {mine[name]}"): c[column] for name, c in grouped.items()
+                for column, way in (("bytes_sent", "to"), ("bytes_recv", "from"))}
+    directions = []
+    for (name, direction), c in counters.items():
+        carried = c.over(intervals)
+        directions.append({"interface": name, "direction": direction, "bytes": int(carried),
+                           "mbit_s": carried * 8 / span / 1e6,
+                           "utilisation": carried * 8 / span / 1e6 / rate_mbit
+                           if rate_mbit else None})
+    directions.sort(key=lambda d: -d["bytes"])
+    busy, held = 0.0, {}
+    for piece in (_pieces(counters, intervals) if counters else []):
+        carried = {key: c.over([piece]) for key, c in counters.items()}
+        top = max(carried, key=carried.get)
+        busy += carried[top]
+        label = f"{top[0]} {top[1]}"
+        held[label] = held.get(label, 0.0) + (piece[1] - piece[0]) / span
+    samples = max((c.samples_within(intervals) for c in counters.values()), default=0)
+    return {"directions": directions,
+            "load": busy * 8 / span / 1e6 / rate_mbit if rate_mbit else None,
+            "load_mbit_s": busy * 8 / span / 1e6,
+            "bottleneck_time": dict(sorted(held.items(), key=lambda kv: -kv[1])[:4]),
+            "samples": samples}
 
 
 def cpu_load(cpu_rows: list[dict], proc_rows: list[dict], processes: list[str],
@@ -176,25 +203,27 @@ def job_fidelity(job_id: int, hosts: set[str], rows: list[dict], series: dict,
     span = sum(b - a for a, b in intervals)
     if span <= 0:
         return {"verdict": "n/a", "reason": "no iteration completed"}
-    links, samples = link_load(series.get("link", []), interfaces, hosts, intervals,
-                               rate_mbit)
+    links = link_load(series.get("link", []), interfaces, hosts, intervals, rate_mbit)
     cpu = cpu_load(series.get("cpu", []), series.get("proc", []), processes, intervals)
     saturated, cpu_said = _cpu_saturation(cpu)
-    top = links[0] if links else None
-    out = {"transfer_s": span, "link_rate_mbit": rate_mbit, "link_samples": samples,
-           "bottleneck": top, "cores_busy": cpu["cores_busy"],
-           "processes": cpu["processes"], "cpu_saturated": saturated}
-    if rate_mbit and (top is None or samples == 0):
+    top = links["directions"][0] if links["directions"] else None
+    out = {"transfer_s": span, "link_rate_mbit": rate_mbit, "link_load": links["load"],
+           "link_load_mbit_s": links["load_mbit_s"], "link_samples": links["samples"],
+           "bottleneck_time": links["bottleneck_time"], "busiest_direction": top,
+           "cores_busy": cpu["cores_busy"], "processes": cpu["processes"],
+           "cpu_saturated": saturated}
+    if rate_mbit and links["samples"] == 0:
         return {"verdict": "n/a", "reason": "no link sample fell into the transfer time",
                 **out}
-    v = verdict(top["utilisation"] if rate_mbit else None, saturated)
-    where = (f"{top['interface']} {top['direction']}" if top else "no link")
+    v = verdict(links["load"], saturated)
+    where = ", ".join(f"{k} {100 * share:.0f}% of the time"
+                      for k, share in links["bottleneck_time"].items())
     if not rate_mbit:
         reason = (f"links unshaped: packets cross them as fast as the CPUs move them "
-                  f"(busiest {where}, {top['mbit_s'] if top else 0:.1f} Mbit/s; {cpu_said})")
+                  f"(bottleneck {links['load_mbit_s']:.1f} Mbit/s: {where}; {cpu_said})")
     else:
-        reason = (f"bottleneck {where} carried {100 * top['utilisation']:.0f}% of "
-                  f"{rate_mbit:g} Mbit/s over {span:.2f} s of transfer; CPU "
+        reason = (f"the bottleneck carried {100 * links['load']:.0f}% of {rate_mbit:g} "
+                  f"Mbit/s over {span:.2f} s of transfer ({where}); CPU "
                   f"{'saturated' if saturated else 'not saturated'} ({cpu_said})")
     return {"verdict": v, "reason": reason, **out}
 

@@ -257,6 +257,8 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "events": meta["events"],
         "jobs": jobs,
         "link_bytes": link_summary(link_samples),
+        "interfaces": meta.get("interfaces"),  # switch interface -> node at its far end
+        "processes": meta.get("processes"),  # what the run started: component, job
         "slot_sampling": meta.get("slot_sampling"),
         "errors": writer.errors + [e for e in errors if e],
         "fidelity": {"verdict": overall([j["fidelity"]["verdict"] for j in jobs]),
