@@ -28,8 +28,9 @@ TOOLS = ("cgcreate", "cgset", "cgget", "cgclassify")
 MIN_CORES = 0.01  # CFS takes quotas of at least 1 ms in a 100 ms period
 
 
-def limit_problem(root: Path = CGROUP_ROOT) -> str | None:
+def limit_problem(root: Path | None = None) -> str | None:
     """Why hosts cannot be CPU-limited here, in one line; None when they can."""
+    root = root or CGROUP_ROOT
     if not (root / "cpu" / "cpu.cfs_quota_us").exists():
         if (root / "cgroup.controllers").exists():
             return ("--host-cpu needs the cgroup v1 cpu controller (Mininet 2.3's "
@@ -46,14 +47,14 @@ def limit_problem(root: Path = CGROUP_ROOT) -> str | None:
     return None
 
 
-def cgroup_dirs(host: str, root: Path = CGROUP_ROOT) -> list[Path]:
+def cgroup_dirs(host: str) -> list[Path]:
     """The directories of a limited host's cgroup, one per hierarchy."""
-    return [root / h / host for h in HIERARCHIES]
+    return [CGROUP_ROOT / h / host for h in HIERARCHIES]
 
 
-def quota_us(host: str, root: Path = CGROUP_ROOT) -> int:
+def quota_us(host: str) -> int:
     """The CFS quota of a limited host's cgroup, microseconds per period (-1: none)."""
-    return int((root / "cpu" / host / "cpu.cfs_quota_us").read_text())
+    return int((CGROUP_ROOT / "cpu" / host / "cpu.cfs_quota_us").read_text())
 
 
 class LimitedHost(CPULimitedHost):
@@ -88,10 +89,10 @@ class LimitedHost(CPULimitedHost):
             time.sleep(0.1)
 
 
-def remove_cgroup(host: str, root: Path = CGROUP_ROOT) -> bool:
+def remove_cgroup(host: str) -> bool:
     """Remove a limited host's cgroup wherever it still exists; True when it is gone
     (a cgroup with tasks left cannot be removed yet)."""
-    for d in cgroup_dirs(host, root):
+    for d in cgroup_dirs(host):
         try:
             d.rmdir()
         except FileNotFoundError:
