@@ -552,21 +552,28 @@ def bench_switch(targets, bits, rate, seconds, repeat, words):
 @click.option("--bw", type=float, default=1.0, show_default=True, help="link Mbit/s")
 @click.option("--iterations", type=int, default=6, show_default=True)
 @click.option("--repeat", type=int, default=3, show_default=True,
-              help="runs of one configuration, for the coefficient of variation")
+              help="runs of each configuration (mean and range; the repeat table's CV)")
 @click.option("--table", "tables", multiple=True,
-              type=click.Choice(["transport", "repeat", "comparison", "ratio"]),
+              type=click.Choice(["transport", "repeat", "comparison", "ratio", "cost"]),
               help="only these tables (default all)")
 @click.option("--ratio-bw", type=float, default=3.0, show_default=True,
               help="link Mbit/s of the in-network / ring ratio (n=8, b=4, 256 words)")
 @click.option("--ratio-trace", default="digits-mlp-wide", show_default=True,
               help="trace set of the ratio (digits-mlp-wide is recorded on first use)")
-def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace):
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="write the cost table to this CSV file too")
+def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace, csv_path):
     """Transport (retransmissions, time against the link rate, repeatability),
-    elements/s of b=4 against b=32 and a ring, on star and leaf-spine, and the
-    in-network / ring iteration-time ratio at n=8 (root)."""
+    elements/s of b=4 against b=32 and a ring, on star and leaf-spine, the
+    in-network / ring iteration-time ratio at n=8, and (--table cost) the CPU seconds
+    per million aggregated elements of every component with the fidelity verdicts,
+    in-network, ring and parameter server at n=4 and 8, unshaped and at 16 Mbit/s
+    (root)."""
     from . import bench as b
     args = ["testbed", "--bw", str(bw), "--iterations", str(iterations), "--repeat",
             str(repeat), "--ratio-bw", str(ratio_bw), "--ratio-trace", ratio_trace]
+    if csv_path:
+        args += ["--csv", csv_path]
     for t in tables:
         args += ["--table", t]
     sys.exit(b.main(args))
