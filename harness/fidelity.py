@@ -14,7 +14,8 @@ last worker's last chunk dequantized.
   transfer time is cut at every link sample (100 ms apart), the busiest direction of
   each piece is that piece's bottleneck, and the **link load** is the bytes the
   bottlenecks carried / (link rate x transfer time). With one steady bottleneck it is
-  that link's utilisation. Counters are interpolated linearly between samples.
+  that link's utilisation. Counters are interpolated linearly between samples; a
+  verdict on fewer than 10 link samples (a transfer under a second) says it is coarse.
 * **CPU**: the busy share of all cores (``/proc/stat``; niced work is left out, it
   yields to the run), and per process the job depends on (its agents, its parameter
   server, every switch) its *demand*: the share of the transfer time it was running
@@ -46,6 +47,7 @@ import numpy as np
 NETWORK_BOUND = 0.9  # share of its rate a link must carry to bind a job
 WELL_BELOW = 0.75  # below this share, a link does not explain a job's time
 CPU_SATURATED = 0.9  # share of the cores busy, or of the time a process demanded a CPU
+FEW_SAMPLES = 10  # a verdict on fewer link samples says it is coarse
 BUSY_STATES = ("user", "system", "irq", "softirq", "steal")  # of /proc/stat; nice yields
 ALL_STATES = BUSY_STATES + ("nice", "idle", "iowait")
 
@@ -225,6 +227,8 @@ def job_fidelity(job_id: int, hosts: set[str], rows: list[dict], series: dict,
         reason = (f"the bottleneck carried {100 * links['load']:.0f}% of {rate_mbit:g} "
                   f"Mbit/s over {span:.2f} s of transfer ({where}); CPU "
                   f"{'saturated' if saturated else 'not saturated'} ({cpu_said})")
+        if links["samples"] < FEW_SAMPLES:
+            reason += f"; only {links['samples']} link samples: coarse"
     return {"verdict": v, "reason": reason, **out}
 
 
