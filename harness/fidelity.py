@@ -18,10 +18,11 @@ last worker's last chunk dequantized.
   verdict on fewer than 10 link samples (a transfer under a second) says it is coarse.
 * **CPU**: the busy share of all cores (``/proc/stat``; niced work is left out, it
   yields to the run), and per process the job depends on (its agents, its parameter
-  server, every switch) its *demand*: the share of the transfer time it was running
-  or runnable but waiting for a CPU (``/proc/<pid>/task/*/schedstat``). The CPU is
-  **saturated** when the cores were at least 90% busy or a process demanded at least
-  90% (it never waited for the network or its peers).
+  server, every switch) its *demand*: the CPU seconds per second it ran or was
+  runnable but waiting for a CPU, summed over its threads (``/proc/<pid>/task/*/
+  schedstat``; above 1 when threads run at once). The CPU is **saturated** when the
+  cores were at least 90% busy or a process demanded at least 0.9 cores (it hardly
+  ever waited for the network or its peers).
 
 The verdict (``verdict``; the thresholds are ``NETWORK_BOUND``, ``WELL_BELOW`` and
 ``CPU_SATURATED``):
@@ -188,8 +189,8 @@ def _cpu_saturation(cpu: dict) -> tuple[bool, str]:
     if cores is not None:
         said.append(f"cores {100 * cores:.0f}% busy")
     if busiest:
-        said.append(f"{busiest[0]} running or waiting for a CPU "
-                    f"{100 * busiest[1]['demand']:.0f}% of the time")
+        said.append(f"{busiest[0]} demanded {busiest[1]['demand']:.2f} cores, running or "
+                    "waiting to run")
     saturated = ((cores or 0) >= CPU_SATURATED
                  or bool(busiest and busiest[1]["demand"] >= CPU_SATURATED))
     return saturated, ", ".join(said) or "no CPU samples"
