@@ -5,7 +5,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
-APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables procps python3-venv
+APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables procps cgroup-tools python3-venv
 TOPO ?= leafspine
 PYTEST_ARGS ?=
 

@@ -17,7 +17,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       make python3 python3-venv ca-certificates \
-      mininet iproute2 iputils-ping ethtool nftables procps \
+      mininet iproute2 iputils-ping ethtool nftables procps cgroup-tools \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/qaina-bench

@@ -13,6 +13,7 @@ same frames and the same pacing. Run as root::
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import socket
 import struct
@@ -286,7 +287,91 @@ def ratio_table(workdir: Path, iterations: int, bw: float, repeat: int, workers:
     return ina / ring
 
 
-TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio")
+COST_MODES = ("ina", "ring", "ps")
+COST_WORKERS = (4, 8)
+COST_BANDWIDTHS = (None, 16.0)  # unshaped, and links of 16 Mbit/s
+COST_PARTS = ("agents", "switches", "ps", "harness", "kernel")
+COST_METRICS = ("melem_s",) + COST_PARTS + ("total",)
+
+
+def cost_figures(summary: dict) -> dict:
+    """Melem/s, CPU seconds per million aggregated elements by component (None where a
+    component has no process, e.g. ``ps`` outside ``--mode ps``) and the verdict."""
+    cost = summary.get("cpu_cost") or {}
+    parts = cost.get("components", {})
+    out = {"melem_s": sum(j.get("elements_per_s") or 0 for j in summary["jobs"]) / 1e6,
+           "total": cost.get("s_per_melem"),
+           "kernel": (cost.get("kernel") or {}).get("s_per_melem"),
+           "verdict": (summary.get("fidelity") or {}).get("verdict", "n/a")}
+    for name in COST_PARTS[:-1]:
+        out[name] = (parts.get(name) or {}).get("s_per_melem")
+    return out
+
+
+def _spread(values: list) -> tuple:
+    """(mean, min, max) of the values that exist, or three Nones."""
+    v = [x for x in values if x is not None]
+    return (float(np.mean(v)), min(v), max(v)) if v else (None, None, None)
+
+
+def cost_table(workdir: Path, iterations: int, repeat: int, csv_file=None,
+               trace: str = "digits-mlp-wide", words: int = 256) -> list[dict]:
+    """End-to-end Melem/s and CPU seconds per million aggregated elements by component
+    (agents, switches, parameter servers, the harness, softirq system-wide; total: the
+    run's processes), in-network, ring and parameter server at n = 4 and 8 on the star,
+    b=4, unshaped and at 16 Mbit/s: mean and range over ``repeat`` runs of each (the
+    repeats interleaved), and the fidelity verdicts; written as CSV to ``csv_file``."""
+    from ..hosts.recorder import ensure
+    print(f"CPU cost: star, 1 job, b=4, {words}-word packets, trace {trace}, {iterations} "
+          f"iterations, {repeat} runs each; CPU s per million aggregated elements")
+    ensure(trace, log=print)
+    points = [(bw, n, mode) for bw in COST_BANDWIDTHS for n in COST_WORKERS
+              for mode in COST_MODES]
+    runs: dict[tuple, list[dict]] = {pt: [] for pt in points}
+    for k in range(repeat):
+        for bw, n, mode in points:
+            s = testbed_bench("star", 4, bw, iterations, workdir, 1, mode, n,
+                              payload_words=words, trace=trace)
+            f = cost_figures(s)
+            runs[bw, n, mode].append(f)
+            print(f"  run {k + 1}: {mode:>4} n={n} {bw or 'unshaped'} Mbit/s: "
+                  f"{f['melem_s']:.3f} Melem/s, {f['total'] or float('nan'):.1f} CPU s/Melem, "
+                  f"{f['verdict']}", flush=True)
+    rows = [_cost_row(pt, runs[pt]) for pt in points]
+    _print_cost(rows)
+    if csv_file is not None:
+        w = csv.DictWriter(csv_file, list(rows[0]))
+        w.writeheader()
+        w.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
+        csv_file.flush()
+    return rows
+
+
+def _cost_row(point: tuple, runs: list[dict]) -> dict:
+    bw, n, mode = point
+    row = {"mode": mode, "workers": n, "bw_mbit": bw or "unshaped", "runs": len(runs)}
+    for m in COST_METRICS:
+        row[f"{m}_mean"], row[f"{m}_min"], row[f"{m}_max"] = _spread([r[m] for r in runs])
+    verdicts = [r["verdict"] for r in runs]
+    row["verdicts"] = "; ".join(f"{v} {verdicts.count(v)}" for v in sorted(set(verdicts)))
+    return row
+
+
+def _print_cost(rows: list[dict]):
+    def cell(r, m, width):
+        mean, lo, hi = r[f"{m}_mean"], r[f"{m}_min"], r[f"{m}_max"]
+        text = "n/a" if mean is None else (f"{mean:.3g}" if lo == hi else
+                                           f"{mean:.3g} ({lo:.3g}-{hi:.3g})")
+        return f"{text:>{width}}"
+    print(f"{'Mbit/s':>8} {'n':>2} {'mode':>4} {'Melem/s':>20} "
+          + " ".join(f"{p:>18}" for p in COST_PARTS + ("total",)) + "  verdicts")
+    for r in rows:
+        print(f"{r['bw_mbit']:>8} {r['workers']:>2} {r['mode']:>4} {cell(r, 'melem_s', 20)} "
+              + " ".join(cell(r, m, 18) for m in COST_PARTS + ("total",))
+              + f"  {r['verdicts']}")
+
+
+TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio", "cost")
 
 
 def main(argv=None) -> int:
@@ -313,11 +398,16 @@ def main(argv=None) -> int:
                     help="link Mbit/s of the in-network / ring ratio")
     tb.add_argument("--ratio-trace", default="digits-mlp-wide",
                     help="trace set of the in-network / ring ratio")
+    tb.add_argument("--csv", help="the cost table also as CSV to this file")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
     if args.what == "testbed":
         tables = args.table or TESTBED_TABLES
+        try:
+            csv_file = open(args.csv, "w", newline="") if args.csv else None
+        except OSError as exc:
+            ap.error(f"--csv {args.csv}: {exc.strerror or exc}")
         with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
             if "transport" in tables:
                 transport_table(Path(tmp), args.iterations)
@@ -328,6 +418,10 @@ def main(argv=None) -> int:
             if "ratio" in tables:
                 ratio_table(Path(tmp), args.iterations, args.ratio_bw, args.repeat,
                             trace=args.ratio_trace)
+            if "cost" in tables:
+                cost_table(Path(tmp), args.iterations, args.repeat, csv_file)
+        if csv_file is not None:
+            csv_file.close()
         return 0
     return switch_table(args.target or ["embedded"], args.bits or [4, 32], args.rate,
                         args.seconds, args.repeat, args.payload_words or [QAINA_WORDS])

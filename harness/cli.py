@@ -84,6 +84,10 @@ _RUN_OPTIONS = [
                  help="32-bit words per aggregation packet: which qaina.p4 build runs"),
     click.option("--no-pack", "pack", flag_value=False, default=True,
                  help="one value per register word (the baseline that isolates packing)"),
+    click.option("--host-cpu", type=float, metavar="CORES",
+                 help="CPU isolation: every host (its agent, its parameter server) gets at "
+                 "most CORES of CPU time per second, e.g. 0.5 (Mininet's CPULimitedHost, "
+                 "a cgroup CFS quota)"),
 ]
 
 _COMPRESSION_OPTIONS = [
@@ -195,7 +199,9 @@ gradient elements aggregated per second; fp32 Gb/s the same as 32-bit values; sl
 pk / mean aggregator slots the job held (sampled switch counters); eff register-bit
 efficiency (value bits / register bits held); rel err |aggregate - exact fp32 sum| /
 |exact sum|, mean over workers and iterations; retx retransmissions. n/a: not
-applicable (ring mode: the switches only route). Definitions: README, "Results".
+applicable (ring mode: the switches only route). fidelity: what bound each job's
+iterations: its links (network-bound), the CPU (cpu-bound), or neither clearly (mixed).
+Definitions: README, "Results".
 """
 
 
@@ -230,11 +236,34 @@ def print_summary(summary: dict, directory: Path):
             click.echo(f"    test accuracy {j['final_test_accuracy']:.3f}{reached}")
     if summary.get("startup_to_first_send_s") is not None:
         click.echo(f"first packet {summary['startup_to_first_send_s']:.1f} s after start")
+    print_fidelity(summary)
     for warning in summary.get("validity", {}).get("warnings", []):
         click.echo(f"warning: {warning}", err=True)
     for err in summary.get("errors", []):
         click.echo(f"error: {err}", err=True)
     click.echo(f"results: {directory}")
+
+
+def print_fidelity(summary: dict):
+    """The run's fidelity verdict with each job's reason, and where its CPU went; a
+    result set made before the verdict says so and gives its CPU saturation."""
+    fid = summary.get("fidelity")
+    if not fid:
+        sat = ((summary.get("validity") or {}).get("cpu") or {}).get("saturated")
+        click.echo("fidelity: not judged (a result set older than the verdict); CPU "
+                   + (f"saturated: {sat}" if sat else "not saturated"))
+        return
+    click.echo(f"fidelity: {fid['verdict']}")
+    for j in summary["jobs"]:
+        f = j.get("fidelity") or {}
+        click.echo(f"  job {j['job_id']}: {f.get('verdict', 'n/a')}, {f.get('reason', '')}")
+    cost = summary.get("cpu_cost")
+    if cost and cost.get("s_per_melem") is not None:
+        parts = [f"{name} {c['s_per_melem']:.2f}" for name, c in cost["components"].items()]
+        k = cost["kernel"]
+        click.echo(f"CPU s per million elements: {', '.join(parts)}; softirq "
+                   f"{k['s_per_melem']:.2f} (system-wide); {cost['total_s']:.1f} CPU s in "
+                   f"{cost['window_s']:.1f} s on {cost['cores']} cores")
 
 
 @main.command()
@@ -523,21 +552,28 @@ def bench_switch(targets, bits, rate, seconds, repeat, words):
 @click.option("--bw", type=float, default=1.0, show_default=True, help="link Mbit/s")
 @click.option("--iterations", type=int, default=6, show_default=True)
 @click.option("--repeat", type=int, default=3, show_default=True,
-              help="runs of one configuration, for the coefficient of variation")
+              help="runs of each configuration (mean and range; the repeat table's CV)")
 @click.option("--table", "tables", multiple=True,
-              type=click.Choice(["transport", "repeat", "comparison", "ratio"]),
+              type=click.Choice(["transport", "repeat", "comparison", "ratio", "cost"]),
               help="only these tables (default all)")
 @click.option("--ratio-bw", type=float, default=3.0, show_default=True,
               help="link Mbit/s of the in-network / ring ratio (n=8, b=4, 256 words)")
 @click.option("--ratio-trace", default="digits-mlp-wide", show_default=True,
               help="trace set of the ratio (digits-mlp-wide is recorded on first use)")
-def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace):
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="write the cost table to this CSV file too")
+def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace, csv_path):
     """Transport (retransmissions, time against the link rate, repeatability),
-    elements/s of b=4 against b=32 and a ring, on star and leaf-spine, and the
-    in-network / ring iteration-time ratio at n=8 (root)."""
+    elements/s of b=4 against b=32 and a ring, on star and leaf-spine, the
+    in-network / ring iteration-time ratio at n=8, and (--table cost) the CPU seconds
+    per million aggregated elements of every component with the fidelity verdicts,
+    in-network, ring and parameter server at n=4 and 8, unshaped and at 16 Mbit/s
+    (root)."""
     from . import bench as b
     args = ["testbed", "--bw", str(bw), "--iterations", str(iterations), "--repeat",
             str(repeat), "--ratio-bw", str(ratio_bw), "--ratio-trace", ratio_trace]
+    if csv_path:
+        args += ["--csv", csv_path]
     for t in tables:
         args += ["--table", t]
     sys.exit(b.main(args))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import re
 import shutil
 import typing
@@ -86,6 +87,7 @@ class RunConfig:
     payload_words: int = QAINA_WORDS  # words per packet: which qaina.p4 build the switches run
     pack: bool = True  # False: one value per register (isolates packing; b < 32)
     pool_slots: int = POOL_SLOTS  # slots of the switch's pool the jobs may share
+    host_cpu: float | None = None  # cores of CPU time per second each host may use
 
     # -- io ----------------------------------------------------------------------------
     @classmethod
@@ -170,6 +172,10 @@ class RunConfig:
             raise ConfigError(f"--loss {self.loss}: a percentage in [0, 100)")
         if self.bw is not None and self.bw <= 0:
             raise ConfigError(f"--bw {self.bw}: link bandwidth in Mbit/s must be positive")
+        cores = os.cpu_count() or 1
+        if self.host_cpu is not None and not 0.01 <= self.host_cpu <= cores:
+            raise ConfigError(f"--host-cpu {self.host_cpu}: cores of CPU time per second, "
+                              f"from 0.01 to the machine's {cores}")
         if self.topo == "leafspine" and (self.spines < 1 or self.leaves < 1):
             raise ConfigError("a leaf-spine needs --spines >= 1 and --leaves >= 1")
         if self.mode not in MODES:
@@ -285,7 +291,6 @@ def _typed(name: str, value, where):
 
 def check_system() -> list[tuple[str, bool, str]]:
     """(what, ok, how to fix) for every prerequisite of a run."""
-    import os
     from importlib import metadata
 
     from .linkloss import netem_available, nft_available
@@ -299,6 +304,10 @@ def check_system() -> list[tuple[str, bool, str]]:
         ("ethtool", shutil.which("ethtool") is not None, f"{apt} ethtool"),
         ("ping", shutil.which("ping") is not None, f"{apt} iputils-ping"),
     ]
+    from .cpulimit import limit_problem
+    problem = limit_problem()
+    checks.append(("cgroup v1 cpu controller and cgroup-tools (optional: --host-cpu)",
+                   problem is None, problem or ""))
     netem = netem_available()
     checks.append(("netem qdisc (optional: --delay; --loss without nftables)", netem,
                    "this kernel lacks CONFIG_NET_SCH_NETEM (--loss then uses nftables)"))

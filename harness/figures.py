@@ -18,7 +18,8 @@ The spec's ``plot`` section says what to draw::
 
 Each mark is the mean over a point's finished repeats; error bars span their range
 (min to max) and the figure says how many repeats each mark has. A mark with a
-repeat whose CPU was saturated (``cpu_saturated``) is drawn hollow, and the figure's
+repeat that was not network-bound (its ``fidelity`` verdict; for sweeps made before
+the verdict, a saturated CPU: ``cpu_saturated``) is drawn hollow, and the figure's
 footnote says so. The numbers behind every mark go to ``figures/<name>.csv`` and are
 printed.
 """
@@ -35,7 +36,7 @@ import numpy as np
 from .sweep import Spec, SweepError
 from .sweeprun import CSV_FILE, SPEC_FILE
 
-#: columns that do not depend on how busy the CPU was: never drawn hollow
+#: columns that do not depend on what bound the run: never drawn hollow
 UNTIMED = {"rel_error", "register_bit_efficiency", "bytes_per_iteration", "bytes_sent",
            "steady_bytes_per_iteration",
            "slots_peak", "jobs_fit"}
@@ -113,8 +114,17 @@ def check_plot(spec: Spec, rows: list[dict]) -> dict:
     return p
 
 
+def not_network_bound(row: dict) -> bool:
+    """Whether a run's timings measure the machine as much as the network: its
+    fidelity verdict, or for a sweep made before the verdict its CPU saturation."""
+    if row.get("fidelity"):
+        return row["fidelity"] != "network-bound"
+    return _number(row.get("cpu_saturated")) == 1.0
+
+
 def marks(p: dict, rows: list[dict], y: str, facet_value=None) -> list[dict]:
-    """One mark per (series, x): mean, min, max, repeats, saturated, over finished runs."""
+    """One mark per (series, x): mean, min, max, repeats, and how many repeats were
+    not network-bound (``hollow``), over finished runs."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("status") != "complete" or not isinstance(_number(r.get(y)), float):
@@ -128,8 +138,7 @@ def marks(p: dict, rows: list[dict], y: str, facet_value=None) -> list[dict]:
         values = np.array([_number(r[y]) for r in rs], dtype=float)
         out.append({"series": " ".join(series) or y, "x": x, "y": y, "mean": values.mean(),
                     "min": values.min(), "max": values.max(), "repeats": len(values),
-                    "saturated": 0 if y in UNTIMED else
-                    sum(_number(r.get("cpu_saturated")) == 1.0 for r in rs)})
+                    "hollow": 0 if y in UNTIMED else sum(map(not_network_bound, rs))})
     xs = ordered(r[p["x"]] for r in rows)
     names = ordered(" ".join(r[s] for s in p["series"]) or y for r in rows)
     return sorted(out, key=lambda m: (names.index(m["series"]), xs.index(m["x"])))
@@ -187,13 +196,14 @@ def plot_sweep(sweep_dir: Path, echo=print) -> list[Path]:
             table += made
             if facet is not None:
                 ax.set_title(f"{p['facet']} = {facet}", fontsize=9)
-    saturated = sum(m.get("saturated", 0) for m in table)
+    hollow = sum(m.get("hollow", 0) for m in table)
     repeats = sorted({m["repeats"] for m in table if "repeats" in m})
     note = (f"mean of {'/'.join(map(str, repeats))} repeat(s) per mark, bars: min to max. "
-            + (f"Hollow marks, hatched bars: CPU saturated in at least one repeat "
-               f"({saturated} runs): "
-               "the timing measures the machine as much as the network."
-               if saturated else "No timing here comes from a run with a saturated CPU."))
+            + (f"Hollow marks, hatched bars: not network-bound in at least one repeat "
+               f"({hollow} runs; the fidelity verdict, or a saturated CPU for runs made "
+               "before it): the timing measures the machine as much as the network."
+               if hollow else "No run behind these marks was judged other than "
+               "network-bound."))
     fig.suptitle("\n".join(textwrap.wrap(p.get("title", spec.name), int(width * 11))),
                  fontsize=11)
     fig.text(0.01, 0.005, "\n".join(textwrap.wrap(note, int(width * 17))), fontsize=7)
@@ -224,7 +234,7 @@ def _panel(ax, p, rows, facet, panel) -> list[dict]:
                if kind == "bar" else [_number(m["x"]) for m in mine])
         mean = np.array([m["mean"] for m in mine]) * scale
         err = np.array([[m["mean"] - m["min"], m["max"] - m["mean"]] for m in mine]).T * scale
-        hollow = [m["saturated"] > 0 for m in mine]
+        hollow = [m["hollow"] > 0 for m in mine]
         if kind == "bar":
             colour = ([f"C{xs.index(m['x']) % 10}" for m in mine] if len(names) == 1
                       else colours[name])  # one series: a colour per bar
@@ -299,7 +309,7 @@ def _served_panel(ax, p, rows, facet, panel) -> list[dict]:
     return [{"y": "jobs_served", **m} for m in ms]
 
 
-TABLE_COLUMNS = ["y", "facet", "series", "x", "mean", "min", "max", "repeats", "saturated", "speedup",
+TABLE_COLUMNS = ["y", "facet", "series", "x", "mean", "min", "max", "repeats", "hollow", "speedup",
                  "served", "refused_at", "pool_holds"]
 
 
@@ -324,7 +334,8 @@ def _print_table(table: list[dict], echo):
                  + (f"; the pool holds {m['pool_holds']}" if m["pool_holds"] else ""))
             continue
         extra = f"  {m['speedup']:.2f}x" if m.get("speedup") else ""
-        sat = f"  [{m['saturated']}/{m['repeats']} CPU-saturated]" if m["saturated"] else ""
+        sat = (f"  [{m['hollow']}/{m['repeats']} not network-bound]" if m["hollow"]
+               else "")
         series = "" if m["series"] == m["y"] else m["series"]
         echo(f"  {m['y']:>20} {m['facet']:>10} {series:>24} {str(m['x']):>10}: {_fmt(m['mean'])} "
              f"({_fmt(m['min'])}..{_fmt(m['max'])}, n={m['repeats']}){extra}{sat}")

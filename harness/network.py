@@ -4,6 +4,7 @@
 (embedded or BMv2). ``Testbed`` builds a topology, starts it, connects to every
 switch over P4Runtime, installs the pipeline and the routes (shortest paths, one /32
 per host and per aggregator address), and programs jobs on the aggregating switch.
+With ``host_cpu``, every host is CPU-limited (``harness/cpulimit.py``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from pathlib import Path
 from mininet.link import TCLink
 from mininet.log import lg
 from mininet.net import Mininet
-from mininet.node import Switch
+from mininet.node import Host, Switch
 
 from ..p4 import program
 from ..p4.header import QAINA_WORDS
 from .control import SwitchConnection
+from .cpulimit import LimitedHost, cgroup_dirs
 from .linkloss import apply_loss, remove_table
 from .jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_int, mac_to_int,
                    program_aggregator, program_job)
@@ -108,8 +110,9 @@ class Testbed:
 
     def __init__(self, topo, target: str, log_dir: Path, record: RunRecord,
                  nft_loss: float | None = None, log_packets: bool = False,
-                 words: int = QAINA_WORDS):
+                 words: int = QAINA_WORDS, host_cpu: float | None = None):
         self.topo = topo
+        self.host_cpu = host_cpu  # cores of CPU time per second each host may use
         self.words = words  # payload words of the qaina.p4 build every switch runs
         self.log_packets = log_packets
         self.nft_loss = nft_loss  # percent, applied with nftables (kernel without netem)
@@ -127,8 +130,13 @@ class Testbed:
         switch = partial(QainaSwitch, target=self.target, log_dir=self.log_dir,
                          record=self.record, log_packets=self.log_packets, words=self.words)
         self.mininet_log = MininetLog(self.log_dir / "mininet.log")
-        self.net = Mininet(topo=self.topo, switch=switch, link=TCLink, controller=None,
-                           build=False, autoSetMacs=False)
+        host = partial(LimitedHost, cores=self.host_cpu) if self.host_cpu else Host
+        self.net = Mininet(topo=self.topo, switch=switch, host=host, link=TCLink,
+                           controller=None, build=False, autoSetMacs=False)
+        if self.host_cpu:  # listed before they exist: a failed build leaves them too
+            for name in self.topo.hosts():
+                self.record.add_cgroups([str(d) for d in cgroup_dirs(name)])
+            self.record.save()
         self.net.build()  # hosts, switches (each with its device id) and links
         self.device_ids = {sw.name: sw.device_id for sw in self.net.switches}
         for node in self.net.hosts + self.net.switches:
@@ -232,6 +240,15 @@ class Testbed:
     def switch_interfaces(self) -> list[str]:
         return [intf.name for sw in self.net.switches for intf in sw.intfList()
                 if intf.name != "lo"]
+
+    def interface_peers(self) -> dict[str, str]:
+        """For every switch interface, the node at the other end of its link."""
+        peers = {}
+        for link in self.net.links:
+            for near, far in ((link.intf1, link.intf2), (link.intf2, link.intf1)):
+                if isinstance(near.node, Switch):
+                    peers[near.name] = far.node.name
+        return peers
 
     # -- teardown ----------------------------------------------------------------------
     def stop(self):

@@ -2,9 +2,10 @@
 
 A run keeps ``/run/qaina-bench/<run-id>.json`` up to date with the PIDs it started
 (each with its start time, so a reused PID is never mistaken for ours), both ends of
-every link it created, the ports its switches listen on and the nftables tables it
-added. ``qaina-bench clean``, and the next ``up``, read the records of runs whose
-owner process is gone and remove exactly what they list.
+every link it created, the ports its switches listen on, the nftables tables it
+added and the cgroups of CPU-limited hosts. ``qaina-bench clean``, and the next
+``up``, read the records of runs whose owner process is gone and remove exactly what
+they list.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class RunRecord:
         self.path = Path(directory or record_dir()) / f"{run_id}.json"
         self.data = {"run_id": run_id, "owner": os.getpid(),
                      "owner_started": _start_time(os.getpid()), "processes": [],
-                     "interfaces": [], "nft_tables": [], "ports": [], "created": time.time()}
+                     "interfaces": [], "nft_tables": [], "ports": [], "cgroups": [],
+                     "created": time.time()}
 
     @classmethod
     def load(cls, path: Path) -> "RunRecord":
@@ -66,6 +68,12 @@ class RunRecord:
         if name not in self.data["interfaces"]:
             self.data["interfaces"].append(name)
 
+    def add_cgroups(self, paths: list[str]):
+        listed = self.data.setdefault("cgroups", [])
+        for path in paths:
+            if path not in listed:
+                listed.append(path)
+
     def owner_alive(self) -> bool:
         """Whether the process that made the record still runs."""
         return _same_process(self.data["owner"], self.data.get("owner_started"))
@@ -78,8 +86,8 @@ class RunRecord:
         return done
 
     def remove_resources(self) -> list[str]:
-        """Stop the listed processes that are still ours, delete the listed interfaces
-        and nftables tables that still exist; returns what was done."""
+        """Stop the listed processes that are still ours, delete the listed interfaces,
+        nftables tables and cgroups that still exist; returns what was done."""
         procs = []
         for proc in self.data["processes"]:
             if _same_process(proc["pid"], proc.get("started")):
@@ -106,6 +114,12 @@ class RunRecord:
                                  capture_output=True)
             if res.returncode == 0:
                 done.append(f"deleted nftables table {table}")
+        for path in self.data.get("cgroups", []):
+            try:
+                Path(path).rmdir()  # a cgroup directory goes once its tasks are gone
+                done.append(f"deleted cgroup {path}")
+            except OSError:
+                pass
         return done
 
     def leftovers(self, wait: float = 2.0) -> list[str]:
@@ -116,6 +130,7 @@ class RunRecord:
             left = [f"process {p['what']} ({p['pid']})" for p in self.data["processes"]
                     if _same_process(p["pid"], p.get("started"))]
             left += [f"interface {n}" for n in self.data["interfaces"] if _interface_exists(n)]
+            left += [f"cgroup {c}" for c in self.data.get("cgroups", []) if Path(c).is_dir()]
             if not left or time.monotonic() > deadline:
                 return left
             time.sleep(0.1)

@@ -2,7 +2,8 @@
 
 A result set holds ``config.yaml`` (the resolved configuration), ``iterations.csv``
 (one row per job, worker and iteration: ``ITERATION_COLUMNS``), ``timeseries.csv``
-(switch samples, link counters, drops by reason: ``TIMESERIES_COLUMNS``),
+(switch samples, link counters, drops by reason, CPU time counters of the run's
+processes and of the machine: ``TIMESERIES_COLUMNS``),
 ``summary.json`` (``harness/summary.py``), plots (``harness/plots.py``), ``logs/``
 and ``agents/``. The writer appends as the run goes, so an interrupted run keeps
 what it measured.
@@ -27,7 +28,9 @@ ITERATION_COLUMNS = ["job", "worker", "iteration", "start", "end", "completion_s
 TIMESERIES_COLUMNS = ["time", "kind", "switch", "job", "interface", "slots_opened",
                       "slots_closed", "slots_in_use", "agg_packets", "retx_answered",
                       "results_sent", "bytes_sent", "bytes_recv", "packets_sent",
-                      "packets_recv", "reason", "drops"]
+                      "packets_recv", "reason", "drops", "process", "user_s", "system_s",
+                      "wait_s", "nice_s", "idle_s", "iowait_s", "irq_s", "softirq_s",
+                      "steal_s"]
 
 
 class ResultWriter:
@@ -53,6 +56,12 @@ class ResultWriter:
 
     def add_link_sample(self, row: dict):
         self._ts_writer.writerow({"kind": "link", **row})
+
+    def add_process_sample(self, row: dict):
+        self._ts_writer.writerow({"kind": "proc", **row})
+
+    def add_cpu_sample(self, row: dict):
+        self._ts_writer.writerow({"kind": "cpu", **row})
 
     def add_drops(self, t: float, switch: str, drops: dict[int, int]):
         for reason, count in sorted(drops.items()):

@@ -29,6 +29,8 @@ from .resultset import ResultWriter
 from .summary import summarise
 from ..topologies import TOPOLOGIES, LinkParams
 from .config import ConfigError, RunConfig
+from .cpulimit import limit_problem
+from .cpustat import CpuLedger
 from .jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
 from .network import Testbed
@@ -133,7 +135,8 @@ def new_run_id(cfg: RunConfig) -> str:
     if cfg.compress != "none":
         parts.append(cfg.compress)
     parts.append(f"train-{cfg.model}" if cfg.train else cfg.trace)
-    for name, value in (("bw", cfg.bw), ("delay", cfg.delay), ("loss", cfg.loss)):
+    for name, value in (("bw", cfg.bw), ("delay", cfg.delay), ("loss", cfg.loss),
+                        ("cpu", cfg.host_cpu)):
         if value:
             parts.append(f"{name}{value:g}" if isinstance(value, float) else f"{name}{value}")
     if cfg.target != "embedded":
@@ -179,6 +182,8 @@ class Run:
             raise ConfigError("--delay needs the kernel's netem qdisc, which this kernel "
                               "lacks (CONFIG_NET_SCH_NETEM); run without --delay, or on a "
                               "kernel with netem (e.g. the Vagrant VM)")
+        if cfg.host_cpu and limit_problem():
+            raise ConfigError(limit_problem())
         if cfg.loss and not self.netem and not nft_available():
             raise ConfigError("--loss needs netem or nftables: this kernel has no netem; "
                               "install nftables (apt-get install nftables)")
@@ -210,6 +215,8 @@ class Run:
         self.signalled = False
         self.switch_program: dict = {"target": cfg.target}  # what ran the switches
         self.sampler: Sampler | None = None
+        self.ledger = CpuLedger()  # CPU seconds of every process, agents' go to their end
+        self.interfaces: dict[str, str] = {}  # switch interface -> node at its far end
         self.events: dict[str, float] = {"invoked": self.t_invoked}
 
     # -- the run -------------------------------------------------------------------
@@ -247,11 +254,15 @@ class Run:
         nft_loss = cfg.loss if cfg.loss and not self.netem else None
         if nft_loss:
             self.echo(f"  link loss {cfg.loss}% per direction by nftables (no netem here)")
+        if cfg.host_cpu:
+            self.echo(f"  every host limited to {cfg.host_cpu:g} cores of CPU time per second")
         self.testbed = Testbed(topo, cfg.target, self.writer.log_dir, self.record, nft_loss,
-                               log_packets=cfg.switch_log, words=cfg.payload_words)
+                               log_packets=cfg.switch_log, words=cfg.payload_words,
+                               host_cpu=cfg.host_cpu)
         with deferred_signals():
             self.testbed.start()
         self.switch_program = self.testbed.switch_program()
+        self.interfaces = self.testbed.interface_peers()
         self.events["network_up"] = time.time()
         agg = topo.aggregator
         bases = (partition_slots([cfg.slots] * cfg.jobs, cfg.pool_slots) if cfg.mode == "ina"
@@ -331,6 +342,9 @@ class Run:
             raise RunError(f"agents {', '.join(waiting[:8])}{' ...' if len(waiting) > 8 else ''} "
                            f"did not start within 60 s{how.get(self.cfg.mode, '')}; see "
                            f"{self.writer.log_dir}")
+        for p in self._processes():
+            self.ledger.watch(p["name"], p["component"], p["pid"], p["job"])
+        self.ledger.begin()
         go.touch()
         self.events["agents_go"] = time.time()
 
@@ -346,32 +360,40 @@ class Run:
                 self.server_procs.append((name, popen, log))
                 self.record.add_process(popen.pid, f"parameter server {name} on {host}")
 
+    def _processes(self) -> list[dict]:
+        """Every process the run started for the jobs: name, component, the job it
+        serves (None: all of them) and PID."""
+        out = [{"name": f"switch {sw.name}", "component": "switches", "job": None,
+                "pid": sw.target.pid} for sw in self.testbed.net.switches]
+        out += [{"name": f"agent j{a.job}w{a.worker}", "component": "agents", "job": a.job,
+                 "pid": a.popen.pid} for a in self.agents]
+        out += [{"name": f"parameter server {name}", "component": "ps", "job": job.job_id,
+                 "pid": popen.pid} for job, (name, popen, _) in zip(self.jobs, self.server_procs)]
+        return out
+
     def _check_agents(self):
         for name, popen, log in self.server_procs:
-            code = popen.poll()
+            code = self.ledger.poll(popen)
             if code not in (None, 0):
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
                 raise RunError(f"parameter server {name} exited with {code}: "
                                f"{' | '.join(tail)} (log {log})")
         for a in self.agents:
-            code = a.popen.poll()
+            code = self.ledger.poll(a.popen)
             if code not in (None, 0):
                 tail = a.log.read_text(errors="replace").strip().splitlines()[-3:]
                 raise RunError(f"agent j{a.job}w{a.worker} on {a.host} exited with {code}: "
                                f"{' | '.join(tail)} (log {a.log})")
 
     def _all_done(self) -> bool:
-        return all(a.popen.poll() == 0 for a in self.agents)
+        return all(self.ledger.poll(a.popen) == 0 for a in self.agents)
 
     def _monitor(self):
         """Show progress until the agents are done; the sampler measures meanwhile."""
         cfg = self.cfg
         t0 = time.time()
         total = cfg.iterations * len(self.agents)
-        processes = {f"switch {sw.name}": sw.target.pid for sw in self.testbed.net.switches}
-        processes.update({f"agent j{a.job}w{a.worker}": a.popen.pid for a in self.agents})
-        processes.update({f"parameter server {name}": popen.pid
-                          for name, popen, _ in self.server_procs})
+        processes = {p["name"]: p["pid"] for p in self._processes()}
         self.sampler = Sampler(self.writer, self.testbed.conns,
                                self.aggregator if cfg.mode == "ina" else None, self.jobs,
                                self.testbed.switch_interfaces(), processes,
@@ -388,7 +410,7 @@ class Run:
                 if line != shown:
                     self.echo("\r" + line, nl=False)
                     shown = line
-                if all(a.popen.poll() is not None for a in self.agents):
+                if all(self.ledger.poll(a.popen) is not None for a in self.agents):
                     break
                 if time.time() - t0 > cfg.timeout:
                     self.status = "timeout"
@@ -397,9 +419,11 @@ class Run:
                 time.sleep(0.1)
         finally:
             self.sampler.stop()
+            self.ledger.end()  # before anything is stopped
         self.echo("")
 
     def _teardown(self):
+        self.ledger.end()
         popens = [a.popen for a in self.agents] + [p for _, p, _ in self.server_procs]
         for popen in popens:
             if popen.poll() is None:
@@ -425,9 +449,15 @@ class Run:
                 "aggregator": getattr(self, "aggregator", None),
                 "switch_program": self.switch_program,
                 **(self.sampler.summary() if self.sampler is not None else {}),
+                "interfaces": self.interfaces, "cpu_time": self.ledger.readings(),
+                "processes": [{"name": p.name, "component": p.component, "job": p.job}
+                              for p in self.ledger.tracked.values()],
                 "jobs": [{"job_id": j.job_id, "index": j.index, "bits": j.fmt.bits,
                           "workers": j.fmt.workers, "lane_width": j.fmt.width,
                           "lanes": j.fmt.lanes, "packed": j.fmt.packed,
                           "payload_words": self.cfg.payload_words, "slot_base": j.slot_base,
-                          "slots": j.slot_count} for j in self.jobs]}
+                          "slots": j.slot_count,
+                          "hosts": [w.host for w in j.workers]
+                          + ([self.servers[j.index]] if self.servers else [])}
+                         for j in self.jobs]}
         return summarise(self.writer, self.cfg, meta, agents)

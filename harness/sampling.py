@@ -8,7 +8,11 @@
   switch's drops by reason, every switch interface's byte and packet counters.
 * **CPU**: busy share of every core and of each switch and agent process, every
   ``slow_interval``. ``SATURATED`` says when a run's timings measure the machine
-  rather than the network.
+  rather than the network (the rule of result sets made before the fidelity verdict).
+  The same ticks write cumulative counters to ``timeseries.csv`` from which
+  ``harness/fidelity.py`` takes any interval: ``kind=proc`` per process, user and
+  system seconds and seconds waiting for a CPU (``cpustat``); ``kind=cpu`` the
+  machine's seconds per state (``/proc/stat``).
 
 Ticks follow a fixed schedule (the n-th at start + n x interval), so a slow read delays
 one sample, not all later ones; ``summary()`` says what intervals were achieved.
@@ -22,6 +26,7 @@ import time
 import numpy as np
 import psutil
 
+from .cpustat import STAT_FIELDS, SchedClock, machine_times, process_times
 from .resultset import ResultWriter
 
 COUNTERS = ("MyIngress.slots_opened", "MyIngress.slots_closed", "MyIngress.agg_packets",
@@ -47,11 +52,13 @@ class Sampler(threading.Thread):
         self._halt = threading.Event()
         self._slot_times: list[float] = []
         self._procs = {}
+        self._clocks = {}
         for name, pid in processes.items():
             try:
                 p = psutil.Process(pid)
                 p.cpu_percent(None)  # the first call starts the measurement
                 self._procs[name] = p
+                self._clocks[name] = SchedClock(pid)
             except psutil.Error:
                 pass
         psutil.cpu_percent(percpu=True)
@@ -120,6 +127,20 @@ class Sampler(threading.Thread):
                 self._proc_busy[name].append(p.cpu_percent(None) / 100)
             except psutil.Error:
                 pass
+        self._sample_cpu_time()
+
+    def _sample_cpu_time(self):
+        t = time.time()
+        machine = machine_times()
+        self.writer.add_cpu_sample({"time": t, **{f"{k}_s": machine[k] for k in STAT_FIELDS}})
+        for name, p in self._procs.items():
+            try:
+                user, system = process_times(p)
+            except psutil.Error:  # reaped: its last sample stands
+                continue
+            self.writer.add_process_sample({"time": t, "process": name, "user_s": user,
+                                            "system_s": system,
+                                            "wait_s": self._clocks[name].wait_s()})
 
     # -- what it says ----------------------------------------------------------------
     def summary(self) -> dict:

@@ -4,7 +4,9 @@
 number of ``summary.json`` from the rows of ``iterations.csv`` and
 ``timeseries.csv`` (``job_summary``: completion times, throughput, slot usage,
 register-bit efficiency, aggregation error; ``validity``: what may make the figures
-untrustworthy); ``tests/test_testbed.py`` checks that summary and tables agree.
+untrustworthy; ``fidelity``: what bound each job, links or CPU, and ``cpu_cost``: the
+CPU seconds of each component, both defined in ``harness/fidelity.py``);
+``tests/test_testbed.py`` checks that summary and tables agree.
 ``load_summary``, ``describe_run`` and ``list_runs`` read result sets back.
 """
 
@@ -20,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..p4.header import QAINA_WORDS
+from .fidelity import cpu_cost, job_fidelity, overall
 from .plots import plot
 from .resultset import ITERATION_COLUMNS, ResultWriter, read_csv
 
@@ -108,6 +111,7 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
         job_completion_s=job_time,
         warmup_s=max((w["end"] - w["start"] for w in warmups), default=None),
         elements_per_iteration=elements,
+        elements_aggregated=aggregated,
         elements_per_s=aggregated / job_time if job_time > 0 else None,
         fp32_equivalent_gbps=aggregated * 32 / job_time / 1e9 if job_time > 0 else None,
         slots_peak=float(in_use.max()) if in_network and slots else None,
@@ -135,8 +139,9 @@ MIN_SLOT_SAMPLES = 20
 
 def validity(rows: list[dict], jobs: list[dict], cpu: dict | None) -> dict:
     """What may make the run's figures untrustworthy, with a warning for each that
-    applies: packets the agents refused, retransmissions, clipped values, and
-    saturated CPUs (``cpu``: busy shares the harness sampled, see ``harness/run.py``)."""
+    applies: packets the agents refused, retransmissions, clipped values, and jobs
+    that were not network-bound (their ``fidelity``; ``cpu``: busy shares the
+    sampler kept, whose saturation is the warning of runs without a verdict)."""
     sent = sum(r["packets_sent"] or 0 for r in rows)
     retx = sum(r["retransmissions"] or 0 for r in rows)
     values = sum(r["values"] or 0 for r in rows)
@@ -163,7 +168,14 @@ def validity(rows: list[dict], jobs: list[dict], cpu: dict | None) -> dict:
     if few:
         warn.append(f"job(s) {', '.join(map(str, few))} ran for fewer than "
                     f"{MIN_SLOT_SAMPLES} slot samples: their slot figures are coarse")
-    if cpu and cpu.get("saturated"):
+    judged = [j for j in jobs if (j.get("fidelity") or {}).get("verdict", "n/a") != "n/a"]
+    for j in judged:
+        f = j["fidelity"]
+        if f["verdict"] != "network-bound":
+            warn.append(f"job {j['job_id']} was {f['verdict']}, not network-bound "
+                        f"({f['reason']}): its timings measure the machine as much as "
+                        "the network")
+    if not judged and cpu and cpu.get("saturated"):
         warn.append(f"CPU saturated during the run ({cpu['saturated']}): timings measure "
                     "the machine, not the network")
     return out
@@ -180,6 +192,15 @@ def link_summary(samples: list[dict]) -> dict:
             for name in sorted(first)}
 
 
+def fidelity(job: dict, rows: list[dict], series: dict, cfg, meta: dict) -> dict:
+    """The job's fidelity verdict (``harness/fidelity.py``) from the run's tables: the
+    links of its hosts and the processes it depends on, as the run recorded them."""
+    processes = [p["name"] for p in meta.get("processes", [])
+                 if p.get("job") in (None, job["job_id"])]
+    return job_fidelity(job["job_id"], set(job.get("hosts", [])), rows, series,
+                        meta.get("interfaces", {}), cfg.bw, processes)
+
+
 def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict:
     """Write iterations.csv, summary.json and the plots; returns the summary."""
     writer.close()
@@ -189,8 +210,11 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         w.writeheader()
         w.writerows(rows)
     series = read_csv(writer.dir / "timeseries.csv")
-    slot_samples = [s for s in series if s["kind"] == "slots"]
-    link_samples = [s for s in series if s["kind"] == "link"]
+    by_kind: dict[str, list[dict]] = {}
+    for row in series:
+        by_kind.setdefault(row["kind"], []).append(row)
+    slot_samples = by_kind.get("slots", [])
+    link_samples = by_kind.get("link", [])
     first_send = min((r["start"] for a in agents for r in a["records"]
                       if r.get("type") in ("warmup", "iteration")), default=None)
     jobs = []
@@ -200,6 +224,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         aggregator = meta.get("aggregator") if cfg.mode == "ina" else None
         jobs.append(job_summary(job, rows, slot_samples, aggregator, warmups,
                                 cfg.target_accuracy))
+        jobs[-1]["fidelity"] = fidelity(jobs[-1], rows, by_kind, cfg, meta)
     errors = [r.get("message") for a in agents for r in a["records"] if r.get("type") == "error"]
     config = asdict(cfg)
     summary = {
@@ -224,6 +249,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "payload_words": cfg.payload_words,
         "packed": cfg.pack,
         "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},
+        "host_cpu": cfg.host_cpu,
         "startup_to_first_send_s": (first_send - meta["events"]["invoked"]
                                     if first_send else None),
         # first packet of any agent (warm-up included) to the last iteration done
@@ -231,8 +257,14 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "events": meta["events"],
         "jobs": jobs,
         "link_bytes": link_summary(link_samples),
+        "interfaces": meta.get("interfaces"),  # switch interface -> node at its far end
+        "processes": meta.get("processes"),  # what the run started: component, job
         "slot_sampling": meta.get("slot_sampling"),
         "errors": writer.errors + [e for e in errors if e],
+        "fidelity": {"verdict": overall([j["fidelity"]["verdict"] for j in jobs]),
+                     "jobs": {str(j["job_id"]): j["fidelity"]["verdict"] for j in jobs}},
+        "cpu_cost": cpu_cost(meta.get("cpu_time"),
+                             sum(j.get("elements_aggregated", 0) for j in jobs)),
         "validity": validity(rows, jobs, meta.get("cpu")),
         "software": software_versions(),
         "config": config,

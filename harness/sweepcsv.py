@@ -17,7 +17,13 @@ and ``iterations.csv``; over the jobs of a run, times are averaged and rates add
 ``retransmissions``, ``bytes_sent`` sums over jobs
 ``bytes_per_iteration`` mean over jobs of the bytes a worker sent per iteration
 ``steady_bytes_per_iteration`` the same over the iterations of ``steady_iteration_s``
-``cpu_saturated``      1 if the run's summary flags a saturated CPU
+``cpu_saturated``      1 if the run's summary flags a saturated CPU (the sampler's rule:
+                       all cores or a process over 90% busy)
+``fidelity``           the run's fidelity verdict (``network-bound``, ``cpu-bound``,
+                       ``mixed``, ``n/a``; ``harness/fidelity.py``); empty for result
+                       sets made before the verdict, whose plots fall back to
+                       ``cpu_saturated``
+``cpu_s_per_melem``    CPU seconds of the run's processes per million aggregated elements
 ``jobs_fit``           jobs of this point that the pool holds (1 for a point that ran;
                        0 for a point the pool refused)
 """
@@ -40,7 +46,8 @@ METRIC_COLUMNS = ["iteration_s", "steady_iteration_s", "iteration_p99_s", "job_c
                   "job_completion_max_s", "elements_per_s", "fp32_gbps", "slots_peak",
                   "register_bit_efficiency", "rel_error", "retransmissions", "bytes_sent",
                   "bytes_per_iteration", "steady_bytes_per_iteration",
-                  "span_s", "cpu_saturated", "cpu_busy", "warnings", "jobs_fit"]
+                  "span_s", "cpu_saturated", "fidelity", "cpu_s_per_melem", "cpu_busy",
+                  "warnings", "jobs_fit"]
 BASE_COLUMNS = ["point", "repeat", "run_id", "status", "note"]
 
 
@@ -105,6 +112,8 @@ def run_row(directory: Path) -> dict:
         "steady_bytes_per_iteration": steady_bytes,
         "span_s": s.get("span_s"),
         "cpu_saturated": 1 if cpu.get("saturated") else 0,
+        "fidelity": (s.get("fidelity") or {}).get("verdict"),
+        "cpu_s_per_melem": (s.get("cpu_cost") or {}).get("s_per_melem"),
         "cpu_busy": cpu.get("cores_busy_mean"),
         "warnings": len(v.get("warnings") or []),
         "jobs_fit": 1,

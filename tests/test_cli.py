@@ -36,6 +36,8 @@ def run_cli(*args):
     (["up", "--mode", "ring", "--quantizer", "none", "--bits", "4"], "and --bits 32"),
     (["up", "--loss", "120"], "--loss 120.0: a percentage"),
     (["up", "--jobs", "17"], "the switch holds 1..16 jobs"),
+    (["up", "--host-cpu", "0"], "--host-cpu 0.0: cores of CPU time per second"),
+    (["up", "--host-cpu", "64"], "from 0.01 to the machine's"),
     (["run", "/nonexistent/config.yaml"], "does not exist"),
     (["traces", "show", "nope"], "nope"),
     (["results", "show", "/nonexistent"], "has no summary.json"),
@@ -191,3 +193,16 @@ def test_eval_compression_prints_a_row_per_scheme():
     assert [r.split("|")[1].strip() for r in rows] == [
         "b=4 maxpow2", "b=4 maxpow2 EF", "b=4 qsgd", "b=4 qsgd EF"]
     assert "fp32, exact sum" in out
+
+
+def test_results_show_reads_a_result_set_made_before_the_fidelity_verdict(tmp_path):
+    """Without ``fidelity`` in its summary, a result set shows its CPU saturation."""
+    old = {"run_id": "old", "status": "complete", "complete": True, "topology": "star",
+           "target": "embedded", "mode": "ina",
+           "jobs": [{"job_id": 1, "bits": 4, "iterations_done": 0}],
+           "validity": {"cpu": {"saturated": "all cores 97% busy on average"},
+                        "warnings": []}, "errors": []}
+    (tmp_path / "summary.json").write_text(json.dumps(old))
+    code, out = run_cli("results", "show", str(tmp_path))
+    assert code == 0, out
+    assert "fidelity: not judged" in out and "97% busy" in out
