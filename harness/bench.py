@@ -315,7 +315,8 @@ def _spread(values: list) -> tuple:
 
 
 def cost_table(workdir: Path, iterations: int, repeat: int, csv_file=None,
-               trace: str = "digits-mlp-wide", words: int = 256) -> list[dict]:
+               trace: str = "digits-mlp-wide", words: int = 256, modes=COST_MODES,
+               workers=COST_WORKERS) -> list[dict]:
     """End-to-end Melem/s and CPU seconds per million aggregated elements by component
     (agents, switches, parameter servers, the harness, softirq system-wide; total: the
     run's processes), in-network, ring and parameter server at n = 4 and 8 on the star,
@@ -325,8 +326,7 @@ def cost_table(workdir: Path, iterations: int, repeat: int, csv_file=None,
     print(f"CPU cost: star, 1 job, b=4, {words}-word packets, trace {trace}, {iterations} "
           f"iterations, {repeat} runs each; CPU s per million aggregated elements")
     ensure(trace, log=print)
-    points = [(bw, n, mode) for bw in COST_BANDWIDTHS for n in COST_WORKERS
-              for mode in COST_MODES]
+    points = [(bw, n, mode) for bw in COST_BANDWIDTHS for n in workers for mode in modes]
     runs: dict[tuple, list[dict]] = {pt: [] for pt in points}
     for k in range(repeat):
         for bw, n, mode in points:
@@ -371,7 +371,35 @@ def _print_cost(rows: list[dict]):
               + f"  {r['verdicts']}")
 
 
-TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio", "cost")
+def headline_table(workdir: Path, iterations: int, repeat: int,
+                   trace: str = "digits-mlp-wide") -> dict:
+    """``up --topo star --jobs 2 --workers 8 --bits 4 --payload-words 256 --trace
+    digits-mlp-wide``, unshaped, in-network and ring: Melem/s per job and the agents'
+    CPU seconds per million aggregated elements, mean and range over ``repeat`` runs
+    (interleaved)."""
+    from ..hosts.recorder import ensure
+    print(f"headline: star, 2 jobs x 8 workers, b=4, 256-word packets, trace {trace}, "
+          f"{iterations} iterations, unshaped, {repeat} runs each")
+    ensure(trace, log=print)
+    out: dict[str, dict[str, list]] = {m: {"rate": [], "agents": []} for m in ("ina", "ring")}
+    for k in range(repeat):
+        for mode in out:
+            s = testbed_bench("star", 4, None, iterations, workdir, 2, mode, 8,
+                              payload_words=256, trace=trace)
+            rates = [j["elements_per_s"] / 1e6 for j in s["jobs"]]
+            agents = cost_figures(s)["agents"]
+            out[mode]["rate"].append(float(np.mean(rates)))
+            out[mode]["agents"].append(agents)
+            print(f"  run {k + 1} {mode:>4}: {np.mean(rates):.3f} Melem/s per job, agents "
+                  f"{agents or float('nan'):.2f} CPU s/Melem", flush=True)
+    for mode, v in out.items():
+        (rm, rl, rh), (am, al, ah) = _spread(v["rate"]), _spread(v["agents"])
+        print(f"  {mode:>4}: {rm:.3f} Melem/s per job ({rl:.3f}-{rh:.3f}); agents "
+              f"{am:.2f} CPU s/Melem ({al:.2f}-{ah:.2f})")
+    return out
+
+
+TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio", "cost", "headline")
 
 
 def main(argv=None) -> int:
@@ -399,6 +427,10 @@ def main(argv=None) -> int:
     tb.add_argument("--ratio-trace", default="digits-mlp-wide",
                     help="trace set of the in-network / ring ratio")
     tb.add_argument("--csv", help="the cost table also as CSV to this file")
+    tb.add_argument("--mode", action="append", choices=COST_MODES,
+                    help="the cost table for this scheme only (repeatable; default all)")
+    tb.add_argument("--workers", type=int, action="append", choices=COST_WORKERS,
+                    help="the cost table for this n only (repeatable; default all)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
@@ -418,8 +450,11 @@ def main(argv=None) -> int:
             if "ratio" in tables:
                 ratio_table(Path(tmp), args.iterations, args.ratio_bw, args.repeat,
                             trace=args.ratio_trace)
+            if "headline" in tables:
+                headline_table(Path(tmp), args.iterations, args.repeat)
             if "cost" in tables:
-                cost_table(Path(tmp), args.iterations, args.repeat, csv_file)
+                cost_table(Path(tmp), args.iterations, args.repeat, csv_file,
+                           modes=args.mode or COST_MODES, workers=args.workers or COST_WORKERS)
         if csv_file is not None:
             csv_file.close()
         return 0
