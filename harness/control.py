@@ -11,11 +11,9 @@ import threading
 import time
 
 import grpc
-from google.protobuf import text_format
-from google.rpc import code_pb2, status_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from ..p4.p4info import P4Info, decode, encode
+from ..p4.proto import code_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2, text_format
 
 _ACTION = p4runtime_pb2.SetForwardingPipelineConfigRequest
 
@@ -329,7 +327,7 @@ class SwitchConnection:
         if index is not None:
             entity.register_entry.index.index = index
         return {e.register_entry.index.index: decode(e.register_entry.data.bitstring)
-                # a whole agg_sum is 65 Ki..512 Ki cells: pure-Python protobuf is slow
+                # a whole agg_sum of the 256-word build is 512 Ki cells: seconds
                 for e in self._read(f"register {name}", entity, timeout=120.0)}
 
     def read_table(self, name: str) -> list:

@@ -12,12 +12,11 @@ import re
 import shutil
 
 import pytest
-from google.protobuf import text_format
-from p4.config.v1 import p4info_pb2
 
 from qaina_bench.harness.targets import compile_p4
 from qaina_bench.p4 import constants, header, program
 from qaina_bench.p4.p4info import P4_SOURCE, P4INFO_PATH, P4Info
+from qaina_bench.p4.proto import p4info_pb2, text_format
 
 SOURCE = P4_SOURCE.read_text()
 

@@ -20,12 +20,11 @@ import threading
 from concurrent import futures
 
 import grpc
-from google.rpc import code_pb2, status_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from .. import program
 from ..header import PAYLOAD_WORDS
 from ..p4info import P4Info, decode, difference, encode
+from ..proto import code_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2
 from .pipeline import Pipeline, PipelineError
 
 log = logging.getLogger("qaina.switch.p4runtime")
