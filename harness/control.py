@@ -17,6 +17,10 @@ from ..p4.proto import code_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2, 
 
 _ACTION = p4runtime_pb2.SetForwardingPipelineConfigRequest
 
+#: the harness's election id: high, so that other clients of a switch (p4runtime-shell
+#: attached by ``qaina-bench shell``, tests) can come below it as backups
+PRIMARY_ELECTION_ID = (1, 0)
+
 
 class ControlError(RuntimeError):
     """A switch refused or did not answer a control-plane request."""
@@ -106,7 +110,7 @@ class SwitchConnection:
     response goes to that file (``RequestLog``)."""
 
     def __init__(self, name: str, address: str, device_id: int, p4info: P4Info | None = None,
-                 election_id: tuple[int, int] = (0, 1), log_path=None):
+                 election_id: tuple[int, int] = PRIMARY_ELECTION_ID, log_path=None):
         self.name = name
         self.address = address
         self.device_id = device_id
