@@ -8,6 +8,9 @@ switch's own P4Runtime counters say how many it aggregated. Both targets get the
 same frames and the same pacing. Run as root::
 
     python -m qaina_bench.harness.bench switch --target embedded --target bmv2
+
+``testbed``: whole runs (transport, repeatability, elements/s, in-network / ring).
+``control`` (``controlbench.py``): P4Runtime reads between the harness and a switch.
 """
 
 from __future__ import annotations
@@ -302,9 +305,19 @@ def main(argv=None) -> int:
                     help="link Mbit/s of the in-network / ring ratio")
     tb.add_argument("--ratio-trace", default="digits-mlp-wide",
                     help="trace set of the in-network / ring ratio")
+    cp = sub.add_parser("control", help="P4Runtime reads of an embedded switch: every "
+                                        "entity, and the sampler's slot counters")
+    cp.add_argument("--repeat", type=int, default=10, help="reads of each kind")
+    cp.add_argument("--payload-words", type=int, choices=PAYLOAD_WORDS, default=QAINA_WORDS,
+                    help="the qaina.p4 build (its agg_sum has 2048 x words cells)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
+    if args.what == "control":
+        if args.repeat < 1:
+            ap.error("--repeat must be at least 1")
+        from .controlbench import control_table
+        return control_table(args.repeat, args.payload_words)
     if args.what == "testbed":
         tables = args.table or TESTBED_TABLES
         with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
