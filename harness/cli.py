@@ -249,6 +249,41 @@ def doctor():
     sys.exit(1 if bad else 0)
 
 
+def _election_id(ctx, param, text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    high, sep, low = text.partition(",")
+    if not sep or not high.strip().isdigit() or not low.strip().isdigit():
+        raise click.BadParameter(f"{text!r}: expected HIGH,LOW, e.g. 0,1")
+    return int(high), int(low)
+
+
+@main.command()
+@click.argument("switch")
+@click.option("--run", "run_id", help="the live run (default: the only one up)")
+@click.option("--election-id", "election", metavar="HIGH,LOW", callback=_election_id,
+              help="p4runtime-shell's election id (default 0,<pid>: a backup below the "
+              "harness's 1,0, which reads; above 1,0 the shell becomes primary and the "
+              "harness's writes fail from then on)")
+def shell(switch, run_id, election):
+    """Attach p4runtime-shell to SWITCH (e.g. s1) of a live run (`up --hold` keeps one
+    up); it runs from its own venv (`make shell-tool`)."""
+    import os
+    from .shelltool import ShellError, backup_election_id, find_switch, shell_command, \
+        shell_python
+    try:
+        address = find_switch(switch, run_id)
+        python = shell_python()
+    except ShellError as exc:
+        _fail(exc)
+    eid = election or backup_election_id()
+    click.echo(f"p4runtime-shell on {address.name} of {address.run_id} ({address.target}, "
+               f"device {address.device_id}, {address.grpc_addr}), election id "
+               f"{eid[0]},{eid[1]}", err=True)
+    cmd = shell_command(python, address, eid)
+    os.execv(cmd[0], cmd)
+
+
 @main.command()
 def clean():
     """Remove what crashed runs left behind (only what their records list)."""
