@@ -143,12 +143,12 @@ def run_options(f):
     return f
 
 
-def execute(cfg: RunConfig) -> dict:
+def execute(cfg: RunConfig, hold: bool = False) -> dict:
     from .run import Run, RunError
     from .control import ControlError
     from .targets import TargetError
     try:
-        run = Run(cfg, echo=click.echo)
+        run = Run(cfg, echo=click.echo, hold=hold)
     except ConfigError as exc:
         _fail(exc)
     try:
@@ -166,11 +166,14 @@ def execute(cfg: RunConfig) -> dict:
 
 @main.command()
 @run_options
-def up(**opts):
+@click.option("--hold", is_flag=True,
+              help="keep the network and switches up after the jobs until Ctrl-C (then "
+              "tear down and summarise as usual), to look at them with `qaina-bench shell`")
+def up(hold, **opts):
     """Build the network, run the jobs, measure, tear down, summarise."""
     opts["trace_dirs"] = list(opts["trace_dirs"])
     opts["payload_words"] = int(opts["payload_words"])
-    execute(RunConfig(**opts))
+    execute(RunConfig(**opts), hold=hold)
 
 
 @main.command()

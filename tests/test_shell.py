@@ -1,5 +1,6 @@
 """p4runtime-shell against both targets, from its own venv (``make shell-tool``; the
-tests install it when it is missing and skip, saying why, when it cannot be).
+tests install it when it is missing and skip, saying why, when it cannot be), and
+``qaina-bench shell`` attached to a run that ``up --hold`` keeps up.
 
 The shell comes in as a backup below the harness's election id and reads; with the
 harness gone it becomes primary and writes.
@@ -8,8 +9,12 @@ harness gone it becomes primary and writes.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,8 +22,9 @@ import pytest
 
 from conftest import IS_ROOT, SwitchLab
 from qaina_bench.harness.control import PRIMARY_ELECTION_ID
+from qaina_bench.harness.record import RunRecord, record_dir
 from qaina_bench.harness.shelltool import (PROJECT_DIR, ShellError, backup_election_id,
-                                           shell_python, shell_venv)
+                                           find_switch, shell_python, shell_venv)
 from qaina_bench.harness.targets import bmv2_missing
 
 CLIENT = Path(__file__).with_name("shell_client.py")
@@ -110,3 +116,90 @@ def test_the_shell_writes_as_primary_when_the_harness_is_gone(fresh, tool_python
     entries = fresh.conn.read_table("MyIngress.job_table")
     assert len(entries) == 1
     assert [p.value for p in entries[0].action.action.params][1] == b"\x04"
+
+
+# -- a live run ---------------------------------------------------------------------
+def test_qaina_bench_shell_says_in_one_line_what_is_wrong(tmp_path, monkeypatch):
+    """Runs are found through their records (this process stands for a live run's
+    owner); every mistake is one line, and nothing is started."""
+    monkeypatch.setenv("QAINA_RECORD_DIR", str(tmp_path))
+
+    def shell(*args, venv=None):
+        env = dict(os.environ, QAINA_RECORD_DIR=str(tmp_path))
+        if venv is not None:
+            env["QAINA_SHELL_VENV"] = str(venv)
+        res = subprocess.run([sys.executable, "-m", "qaina_bench.harness.cli", "shell", *args],
+                             capture_output=True, text=True, env=env, timeout=60)
+        errors = [line for line in res.stderr.splitlines() if line.startswith("Error: ")]
+        assert res.returncode != 0 and len(errors) == 1, res.stderr
+        return errors[0]
+
+    assert "no run is up: start one with `qaina-bench up --hold`" in shell("s1")
+    first = RunRecord("first", tmp_path)
+    first.add_switch("s1", "127.0.0.1:9", 1, "embedded")
+    first.save()
+    assert "run first has no switch 'sp9'; its switches: s1" in shell("sp9")
+    assert "no run other is up (up: first)" in shell("s1", "--run", "other")
+    assert "make shell-tool" in shell("s1", venv=tmp_path / "no-venv")
+    assert "'x': expected HIGH,LOW" in shell("s1", "--election-id", "x")
+    RunRecord("second", tmp_path).save()
+    assert "runs first, second are up: choose one with --run" in shell("s1")
+    found = find_switch("s1", "first")
+    assert (found.grpc_addr, found.device_id, found.target) == ("127.0.0.1:9", 1, "embedded")
+
+
+class Output(threading.Thread):
+    """Everything a process prints, collected as it comes."""
+
+    def __init__(self, stream):
+        super().__init__(daemon=True)
+        self.stream, self.text = stream, ""
+
+    def run(self):
+        for chunk in iter(lambda: self.stream.read1(4096), b""):
+            self.text += chunk.decode(errors="replace")
+
+
+SHELL_INPUT = """\
+print("ROUTES", len(list(TableEntry("MyIngress.ipv4_lpm").read())))
+print("JOBS", [e.match["hdr.qaina.job_id"].exact.value.hex() for e in TableEntry("MyIngress.job_table").read()])
+print("AGG", sum(c.packet_count for c in CounterEntry("MyIngress.agg_packets").read()))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not IS_ROOT, reason="Mininet needs root")
+@pytest.mark.skipif(shutil.which("mnexec") is None, reason="mnexec missing: apt-get install mininet")
+def test_up_hold_keeps_the_run_for_qaina_bench_shell(tmp_path, tool_python):
+    cli = [sys.executable, "-m", "qaina_bench.harness.cli"]
+    up = subprocess.Popen(cli + ["up", "--topo", "star", "--jobs", "1", "--workers", "4",
+                                 "--iterations", "2", "--hold", "--results-dir", str(tmp_path),
+                                 "--run-id", "held"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = Output(up.stdout)
+    out.start()
+    try:
+        deadline = time.monotonic() + 180
+        while "stays up until Ctrl-C" not in out.text:
+            assert up.poll() is None and time.monotonic() < deadline, out.text[-3000:]
+            time.sleep(0.2)
+        assert "qaina-bench shell SWITCH --run held" in out.text
+        shell = subprocess.run(cli + ["shell", "s1", "--run", "held"], input=SHELL_INPUT,
+                               capture_output=True, text=True, timeout=120)
+        assert shell.returncode == 0, shell.stderr[-3000:]
+        assert "not the primary client" in shell.stdout  # the harness stays primary
+        assert "ROUTES 4" in shell.stdout and "JOBS ['01']" in shell.stdout, shell.stdout
+        agg = int(shell.stdout.split("AGG ", 1)[1].split()[0])
+        assert agg > 0
+        assert up.poll() is None  # still held
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(120)
+        out.join(5)
+    assert up.returncode == 0, out.text[-3000:]
+    summary = json.loads((tmp_path / "held" / "summary.json").read_text())
+    assert summary["status"] == "complete" and "held" in summary["events"]
+    assert summary["software"]["protobuf_implementation"] == "upb"
+    assert not (record_dir() / "held.json").exists()
+    bad = subprocess.run(cli + ["shell", "s1", "--run", "held"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "no run held is up" in bad.stderr
