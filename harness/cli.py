@@ -256,8 +256,9 @@ def _election_id(ctx, param, text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
     high, sep, low = text.partition(",")
-    if not sep or not high.strip().isdigit() or not low.strip().isdigit():
-        raise click.BadParameter(f"{text!r}: expected HIGH,LOW, e.g. 0,1")
+    if not sep or not high.strip().isdigit() or not low.strip().isdigit() \
+            or max(int(high), int(low)) >> 64:
+        raise click.BadParameter(f"{text!r}: expected HIGH,LOW (64-bit each), e.g. 0,1")
     return int(high), int(low)
 
 
