@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import RUN_ID
 from .control import PRIMARY_ELECTION_ID
 from .record import RunRecord, live_records, record_dir
 
@@ -69,6 +70,9 @@ def _live_run(run_id: str | None, directory: Path | None) -> RunRecord:
             raise ShellError(f"runs {', '.join(r.run_id for r in live)} are up: choose one "
                              "with --run")
         return live[0]
+    if not RUN_ID.fullmatch(run_id):
+        raise ShellError(f"--run {run_id!r}: a run id (letters, digits, '.', '_', '-'), "
+                         "as `up` printed it")
     for rec in live:
         if rec.run_id == run_id:
             return rec
