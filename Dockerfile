@@ -19,6 +19,6 @@ RUN apt-get -o DPkg::Lock::Timeout=600 update \
 
 WORKDIR /opt/qaina-bench
 COPY . .
-RUN make venv && rm -rf /root/.cache/pip
+RUN make venv shell-tool && rm -rf /root/.cache/pip
 
 CMD ["make", "test"]

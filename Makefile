@@ -2,16 +2,22 @@
 # as root `make up`, otherwise `sudo make up`.
 #   make up     install what is missing, then run the main job on the embedded switch
 #   make test   install what is missing, then run the whole test suite
+#   make shell-tool  p4runtime-shell in a venv of its own (qaina-bench shell)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
+# p4runtime-shell pins protobuf < 3.21, the harness needs protobuf 6: two venvs.
+# $QAINA_SHELL_VENV moves the shell's (qaina-bench shell and the tests look there).
+SHELL_VENV ?= $(or $(QAINA_SHELL_VENV),.venv-shell)
+export QAINA_SHELL_VENV := $(abspath $(SHELL_VENV))
+P4RUNTIME_SHELL ?= p4runtime-shell==0.0.6
 APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables procps cgroup-tools python3-venv
 TOPO ?= leafspine
 PYTEST_ARGS ?=
 
 SPECS := qaina-jobs gradiveq links loss error
 
-.PHONY: up test docker-test deps venv bench clean p4info figures figures-quick
+.PHONY: up test docker-test deps venv shell-tool bench clean p4info figures figures-quick
 
 up: deps venv
 	$(VENV)/bin/qaina-bench up --topo $(TOPO)
@@ -55,6 +61,15 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test,record]'
+	@touch $@
+
+# p4runtime-shell for `qaina-bench shell` (and its tests), apart from the harness's venv.
+shell-tool: $(SHELL_VENV)/.installed
+
+$(SHELL_VENV)/.installed:
+	@test -x $(SHELL_VENV)/bin/python || $(PYTHON) -m venv $(SHELL_VENV)
+	$(SHELL_VENV)/bin/pip install -q --upgrade pip
+	$(SHELL_VENV)/bin/pip install -q '$(P4RUNTIME_SHELL)'
 	@touch $@
 
 clean:

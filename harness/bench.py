@@ -8,6 +8,9 @@ switch's own P4Runtime counters say how many it aggregated. Both targets get the
 same frames and the same pacing. Run as root::
 
     python -m qaina_bench.harness.bench switch --target embedded --target bmv2
+
+``testbed``: whole runs (transport, repeatability, elements/s, in-network / ring).
+``control`` (``controlbench.py``): P4Runtime reads between the harness and a switch.
 """
 
 from __future__ import annotations
@@ -431,9 +434,19 @@ def main(argv=None) -> int:
                     help="the cost table for this scheme only (repeatable; default all)")
     tb.add_argument("--workers", type=int, action="append", choices=COST_WORKERS,
                     help="the cost table for this n only (repeatable; default all)")
+    cp = sub.add_parser("control", help="P4Runtime reads of an embedded switch: every "
+                                        "entity, and the sampler's slot counters")
+    cp.add_argument("--repeat", type=int, default=10, help="reads of each kind")
+    cp.add_argument("--payload-words", type=int, choices=PAYLOAD_WORDS, default=QAINA_WORDS,
+                    help="the qaina.p4 build (its agg_sum has 2048 x words cells)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
+    if args.what == "control":
+        if args.repeat < 1:
+            ap.error("--repeat must be at least 1")
+        from .controlbench import control_table
+        return control_table(args.repeat, args.payload_words)
     if args.what == "testbed":
         tables = args.table or TESTBED_TABLES
         try:

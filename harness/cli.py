@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
+from ..p4.header import PAYLOAD_WORDS
 from .config import ConfigError, RunConfig, check_system
 
 DEFAULTS = RunConfig()
@@ -147,12 +147,12 @@ def run_options(f):
     return f
 
 
-def execute(cfg: RunConfig) -> dict:
+def execute(cfg: RunConfig, hold: bool = False) -> dict:
     from .run import Run, RunError
     from .control import ControlError
     from .targets import TargetError
     try:
-        run = Run(cfg, echo=click.echo)
+        run = Run(cfg, echo=click.echo, hold=hold)
     except ConfigError as exc:
         _fail(exc)
     try:
@@ -170,11 +170,14 @@ def execute(cfg: RunConfig) -> dict:
 
 @main.command()
 @run_options
-def up(**opts):
+@click.option("--hold", is_flag=True,
+              help="keep the network and switches up after the jobs until Ctrl-C (then "
+              "tear down and summarise as usual), to look at them with `qaina-bench shell`")
+def up(hold, **opts):
     """Build the network, run the jobs, measure, tear down, summarise."""
     opts["trace_dirs"] = list(opts["trace_dirs"])
     opts["payload_words"] = int(opts["payload_words"])
-    execute(RunConfig(**opts))
+    execute(RunConfig(**opts), hold=hold)
 
 
 @main.command()
@@ -276,6 +279,42 @@ def doctor():
         click.echo(f"{mark} {what}" + ("" if ok else f": {fix}"))
         bad += 0 if ok or optional else 1
     sys.exit(1 if bad else 0)
+
+
+def _election_id(ctx, param, text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    high, sep, low = text.partition(",")
+    if not sep or not high.strip().isdigit() or not low.strip().isdigit() \
+            or max(int(high), int(low)) >> 64:
+        raise click.BadParameter(f"{text!r}: expected HIGH,LOW (64-bit each), e.g. 0,1")
+    return int(high), int(low)
+
+
+@main.command()
+@click.argument("switch")
+@click.option("--run", "run_id", help="the live run (default: the only one up)")
+@click.option("--election-id", "election", metavar="HIGH,LOW", callback=_election_id,
+              help="p4runtime-shell's election id (default 0,<pid>: a backup below the "
+              "harness's 1,0, which reads; above 1,0 the shell becomes primary and the "
+              "harness's writes fail from then on)")
+def shell(switch, run_id, election):
+    """Attach p4runtime-shell to SWITCH (e.g. s1) of a live run (`up --hold` keeps one
+    up); it runs from its own venv (`make shell-tool`)."""
+    import os
+    from .shelltool import ShellError, backup_election_id, find_switch, shell_command, \
+        shell_python
+    try:
+        address = find_switch(switch, run_id)
+        python = shell_python()
+    except ShellError as exc:
+        _fail(exc)
+    eid = election or backup_election_id()
+    click.echo(f"p4runtime-shell on {address.name} of {address.run_id} ({address.target}, "
+               f"device {address.device_id}, {address.grpc_addr}), election id "
+               f"{eid[0]},{eid[1]}", err=True)
+    cmd = shell_command(python, address, eid)
+    os.execv(cmd[0], cmd)
 
 
 @main.command()
@@ -513,78 +552,9 @@ def plot(sweep_dir):
         click.echo(f"wrote {f}")
 
 
-# -- benchmarks ----------------------------------------------------------------------
-@main.group()
-def bench():
-    """Benchmarks that print figures."""
+from .benchcli import bench  # noqa: E402  (the benchmarks' commands)
 
-
-@bench.command("switch")
-@click.option("--target", "targets", type=click.Choice(["embedded", "bmv2"]), multiple=True,
-              default=["embedded"], show_default=True,
-              help="repeat to compare targets (prints the ratio)")
-@click.option("--bits", type=int, multiple=True, default=[4, 32], show_default=True)
-@click.option("--rate", type=float, multiple=True,
-              help="offered contributions/s (default: a sweep per target)")
-@click.option("--seconds", type=float, default=4.0, show_default=True)
-@click.option("--repeat", type=int, default=1, show_default=True,
-              help="runs per rate: mean and range")
-@click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
-              multiple=True, default=[str(QAINA_WORDS)], show_default=True,
-              help="the qaina.p4 build (repeat to compare)")
-def bench_switch(targets, bits, rate, seconds, repeat, words):
-    """Aggregation packets/s through one switch on one core, same frames and pacing
-    for every target (root)."""
-    from . import bench as b
-    args = ["switch", "--seconds", str(seconds), "--repeat", str(repeat)]
-    for x in targets:
-        args += ["--target", x]
-    for x in bits:
-        args += ["--bits", str(x)]
-    for x in rate:
-        args += ["--rate", str(x)]
-    for x in words:
-        args += ["--payload-words", x]
-    sys.exit(b.main(args))
-
-
-@bench.command("testbed")
-@click.option("--bw", type=float, default=1.0, show_default=True, help="link Mbit/s")
-@click.option("--iterations", type=int, default=6, show_default=True)
-@click.option("--repeat", type=int, default=3, show_default=True,
-              help="runs of each configuration (mean and range; the repeat table's CV)")
-@click.option("--table", "tables", multiple=True,
-              type=click.Choice(["transport", "repeat", "comparison", "ratio", "cost"]),
-              help="only these tables (default all)")
-@click.option("--ratio-bw", type=float, default=3.0, show_default=True,
-              help="link Mbit/s of the in-network / ring ratio (n=8, b=4, 256 words)")
-@click.option("--ratio-trace", default="digits-mlp-wide", show_default=True,
-              help="trace set of the ratio (digits-mlp-wide is recorded on first use)")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
-              help="write the cost table to this CSV file too")
-def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace, csv_path):
-    """Transport (retransmissions, time against the link rate, repeatability),
-    elements/s of b=4 against b=32 and a ring, on star and leaf-spine, the
-    in-network / ring iteration-time ratio at n=8, and (--table cost) the CPU seconds
-    per million aggregated elements of every component with the fidelity verdicts,
-    in-network, ring and parameter server at n=4 and 8, unshaped and at 16 Mbit/s
-    (root)."""
-    from . import bench as b
-    args = ["testbed", "--bw", str(bw), "--iterations", str(iterations), "--repeat",
-            str(repeat), "--ratio-bw", str(ratio_bw), "--ratio-trace", ratio_trace]
-    if csv_path:
-        args += ["--csv", csv_path]
-    for t in tables:
-        args += ["--table", t]
-    sys.exit(b.main(args))
-
-
-@bench.command("codec")
-def bench_codec():
-    """Agent encode/decode throughput (fp32 MB/s, one core)."""
-    from ..hosts import codec_bench
-    sys.exit(codec_bench.main([]))
-
+main.add_command(bench)
 
 if __name__ == "__main__":
     main()

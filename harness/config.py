@@ -314,11 +314,12 @@ def check_system() -> list[tuple[str, bool, str]]:
     checks.append(("nft (nftables; --loss where netem is missing)", netem or nft_available(),
                    f"{apt} nftables"))
     for dist in ("numpy", "click", "psutil", "PyYAML", "scapy", "grpcio", "protobuf",
-                 "p4runtime", "p4runtime-shell", "mininet", "matplotlib"):
+                 "finsy", "mininet", "matplotlib"):
         try:
             checks.append((f"Python package {dist} {metadata.version(dist)}", True, ""))
         except metadata.PackageNotFoundError:
             checks.append((f"Python package {dist}", False, "make venv (pip install -e .)"))
+    checks += [protobuf_check(), shell_tool_check()]
     for optional in ("scikit-learn", "torch"):
         try:
             version = metadata.version(optional)
@@ -334,3 +335,28 @@ def check_system() -> list[tuple[str, bool, str]]:
         checks.append((what, found["path"] is not None,
                        "not on PATH: vagrant up gives a VM with BMv2 and p4c; see README"))
     return checks
+
+
+def protobuf_check() -> tuple[str, bool, str]:
+    """Which protobuf runtime the control plane runs on: upb (or cpp) is fast; the
+    pure-Python one takes many seconds for a large Read."""
+    try:
+        from ..p4.proto import implementation
+        kind = implementation()
+    except ImportError as exc:
+        return (f"P4Runtime protobufs ({exc})", False, "make venv (pip install -e .)")
+    return (f"protobuf runtime: {kind}", kind in ("upb", "cpp"),
+            "the pure-Python runtime reads large switch state 25 times slower: unset "
+            "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION, pip install 'protobuf>=6.33.6,<7'")
+
+
+def shell_tool_check() -> tuple[str, bool, str]:
+    """p4runtime-shell in its own venv, for ``qaina-bench shell``."""
+    from .shelltool import ShellError, shell_python
+    try:
+        python = shell_python()
+    except ShellError:
+        return ("p4runtime-shell (optional: qaina-bench shell)", False,
+                "make shell-tool (a venv of its own: it pins protobuf < 3.21)")
+    return (f"p4runtime-shell (optional: qaina-bench shell) in {python.parent.parent}",
+            True, "")

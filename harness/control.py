@@ -11,13 +11,15 @@ import threading
 import time
 
 import grpc
-from google.protobuf import text_format
-from google.rpc import code_pb2, status_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from ..p4.p4info import P4Info, decode, encode
+from ..p4.proto import code_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2, text_format
 
 _ACTION = p4runtime_pb2.SetForwardingPipelineConfigRequest
+
+#: the harness's election id: high, so that other clients of a switch (p4runtime-shell
+#: attached by ``qaina-bench shell``, tests) can come below it as backups
+PRIMARY_ELECTION_ID = (1, 0)
 
 
 class ControlError(RuntimeError):
@@ -108,7 +110,7 @@ class SwitchConnection:
     response goes to that file (``RequestLog``)."""
 
     def __init__(self, name: str, address: str, device_id: int, p4info: P4Info | None = None,
-                 election_id: tuple[int, int] = (0, 1), log_path=None):
+                 election_id: tuple[int, int] = PRIMARY_ELECTION_ID, log_path=None):
         self.name = name
         self.address = address
         self.device_id = device_id
@@ -329,7 +331,7 @@ class SwitchConnection:
         if index is not None:
             entity.register_entry.index.index = index
         return {e.register_entry.index.index: decode(e.register_entry.data.bitstring)
-                # a whole agg_sum is 65 Ki..512 Ki cells: pure-Python protobuf is slow
+                # a whole agg_sum of the 256-word build is 512 Ki cells: seconds
                 for e in self._read(f"register {name}", entity, timeout=120.0)}
 
     def read_table(self, name: str) -> list:

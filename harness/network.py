@@ -74,6 +74,8 @@ class QainaSwitch(Switch):
                                   words=self.words)
         if self.record is not None:
             self.record.add_port(grpc_port, f"P4Runtime of {self.name}")
+            self.record.add_switch(self.name, self.target.grpc_addr, self.device_id,
+                                   self.target_kind)
             if self.target_kind == "bmv2":
                 self.record.add_port(thrift_port, f"Thrift of {self.name}")
         self.target.start()

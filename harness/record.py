@@ -64,6 +64,11 @@ class RunRecord:
     def add_port(self, port: int, what: str):
         self.data["ports"].append({"port": port, "what": what})
 
+    def add_switch(self, name: str, grpc_addr: str, device_id: int, target: str):
+        """Where a switch of the run answers P4Runtime (``qaina-bench shell`` reads it)."""
+        self.data.setdefault("switches", {})[name] = {
+            "grpc_addr": grpc_addr, "device_id": device_id, "target": target}
+
     def add_interface(self, name: str):
         if name not in self.data["interfaces"]:
             self.data["interfaces"].append(name)

@@ -165,9 +165,10 @@ def check_names_free(topo_name: str, topo):
 
 
 class Run:
-    def __init__(self, cfg: RunConfig, echo=print):
+    def __init__(self, cfg: RunConfig, echo=print, hold: bool = False):
         self.cfg = cfg
         self.echo = echo
+        self.hold = hold  # keep the network up after the jobs until Ctrl-C or SIGTERM
         self.t_invoked = time.time()
         self.trace = cfg.check()
         self.trace_path = None if cfg.train else find_trace(cfg.trace, cfg.trace_dirs or None)
@@ -230,6 +231,8 @@ class Run:
             self._launch_agents()
             self._monitor()
             self.status = "complete" if self._all_done() else self.status
+            if self.hold:
+                self._hold()
         except KeyboardInterrupt:
             self.status = "interrupted"
             self.echo("\ninterrupted: tearing down, keeping what was measured")
@@ -422,8 +425,24 @@ class Run:
             self.ledger.end()  # before anything is stopped
         self.echo("")
 
-    def _teardown(self):
-        self.ledger.end()
+    def _hold(self):
+        """Keep the network and the switches up, as the jobs left them, until Ctrl-C or
+        SIGTERM; the run then ends as usual (its status is the jobs')."""
+        self._stop_agents()  # after a timeout some still run: the state stays put
+        self.events["held"] = time.time()
+        names = [sw.name + (" (aggregator)" if sw.name == self.aggregator else "")
+                 for sw in self.testbed.net.switches]
+        self.echo(f"jobs ended ({self.status}); the network stays up until Ctrl-C. "
+                  "p4runtime-shell "
+                  f"on a switch: qaina-bench shell SWITCH --run {self.cfg.run_id}  "
+                  f"(switches: {', '.join(names)})")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            self.echo("\nending the held run")
+
+    def _stop_agents(self):
         popens = [a.popen for a in self.agents] + [p for _, p, _ in self.server_procs]
         for popen in popens:
             if popen.poll() is None:
@@ -433,6 +452,10 @@ class Run:
                 popen.wait(5)
             except Exception:
                 popen.kill()
+
+    def _teardown(self):
+        self.ledger.end()
+        self._stop_agents()
         if self.testbed is not None:
             try:
                 self.testbed.stop()

@@ -39,13 +39,18 @@ def iteration_rows(agents: list[dict]) -> list[dict]:
 
 
 def software_versions() -> dict:
+    """Versions of what ran the run; ``protobuf_implementation`` is the runtime the
+    control plane parsed P4Runtime with (upb, cpp or python)."""
     from importlib import metadata
+
+    from ..p4.proto import PROVIDER, implementation
     out = {"python": platform.python_version(), "kernel": platform.release()}
-    for dist in ("qaina-bench", "numpy", "grpcio", "p4runtime", "mininet", "scapy"):
+    for dist in ("qaina-bench", "numpy", "grpcio", "protobuf", PROVIDER, "mininet", "scapy"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             out[dist] = None
+    out["protobuf_implementation"] = implementation()
     return out
 
 

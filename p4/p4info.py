@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from google.protobuf import text_format
-from p4.config.v1 import p4info_pb2
+from .proto import p4info_pb2, text_format
 
 P4_DIR = Path(__file__).resolve().parent
 P4_SOURCE = P4_DIR / "qaina.p4"

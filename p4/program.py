@@ -12,11 +12,10 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from p4.config.v1 import p4info_pb2
-
 from .constants import POOL_COPIES
 from .header import QAINA_WORDS, wire
 from .p4info import P4_SOURCE, P4Info
+from .proto import p4info_pb2
 
 
 def _payload_header(words: int) -> str:

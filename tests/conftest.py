@@ -178,9 +178,9 @@ class SwitchLab:
 
     def registers(self) -> dict[str, list[int]]:
         """Every cell of every register; for builds beyond 32 words all but agg_sum,
-        whose 128 Ki..512 Ki cells P4Runtime carries too slowly with the pure-Python
-        protobuf (a packet that reached agg_sum would have changed agg_seen and
-        agg_count too, and the tests complete the slots they touch exactly)."""
+        whose 128 Ki..512 Ki cells take seconds to read each time (a packet that
+        reached agg_sum would have changed agg_seen and agg_count too, and the tests
+        complete the slots they touch exactly)."""
         names = [r.name for r in self.conn.p4info.registers.values()
                  if self.words == QAINA_WORDS or not r.name.endswith("agg_sum")]
         if self.kind == "bmv2":

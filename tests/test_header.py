@@ -96,18 +96,3 @@ def test_datagram_rejects_bad_input():
         header.datagram(np.zeros(3), job_id=1)
     with pytest.raises(TypeError):
         header.datagram(WORDS, jobid=1)
-
-
-def test_p4_folder_never_shadows_the_p4runtime_protobufs():
-    """p4/ has no __init__.py: with a checkout's root first on sys.path (python run
-    from it), ``import p4`` must still find p4runtime's protobufs, which a regular
-    package p4/ would hide. The folder is the package qaina_bench.p4 (pyproject)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-    root = Path(header.__file__).resolve().parent.parent
-    assert not (root / "p4" / "__init__.py").exists()
-    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                          "import p4.v1.p4runtime_pb2 as m; print(m.__file__)", str(root)],
-                         capture_output=True, text=True, check=True).stdout
-    assert not out.strip().startswith(str(root / "p4"))

@@ -10,14 +10,14 @@ from __future__ import annotations
 import difflib
 import re
 import shutil
+from pathlib import Path
 
 import pytest
-from google.protobuf import text_format
-from p4.config.v1 import p4info_pb2
 
 from qaina_bench.harness.targets import compile_p4
 from qaina_bench.p4 import constants, header, program
 from qaina_bench.p4.p4info import P4_SOURCE, P4INFO_PATH, P4Info
+from qaina_bench.p4.proto import p4info_pb2, text_format
 
 SOURCE = P4_SOURCE.read_text()
 
@@ -111,3 +111,30 @@ def test_p4c_emits_each_builds_p4info(words, tmp_path):
     generated = p4info_pb2.P4Info()
     text_format.Parse(info_path.read_text(), generated)
     assert generated == program.p4info(words).proto
+
+
+def test_only_p4_proto_names_the_protobuf_provider():
+    """Every P4Runtime message and stub comes through p4/proto.py, so the package that
+    provides the generated code is named there alone (tests/shell_client.py runs in
+    p4runtime-shell's own venv and is not the project's)."""
+    import ast
+    root = P4_SOURCE.parent.parent
+    foreign = ("finsy", "p4.v1", "p4.config", "google.rpc")
+    offenders = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root)
+        if rel.parts[0].startswith(".") or rel in (Path("p4/proto.py"),
+                                                   Path("tests/shell_client.py")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and
+                     not node.level else [])
+            offenders += [f"{rel}: {n}" for n in names
+                          if any(n == f or n.startswith(f + ".") for f in foreign)]
+    assert offenders == []
+
+
+def test_the_control_plane_runs_on_a_compiled_protobuf_runtime():
+    from qaina_bench.p4.proto import implementation
+    assert implementation() in ("upb", "cpp")

@@ -1,6 +1,6 @@
-"""The switches' P4Runtime servers: p4runtime-shell works against them, arbitration and
-batches follow the P4Runtime spec, requests they do not serve get a proper gRPC
-status, and a foreign program is refused.
+"""The switches' P4Runtime servers: arbitration and batches follow the P4Runtime spec,
+requests they do not serve get a proper gRPC status, and a foreign program is refused
+(p4runtime-shell against them: tests/test_shell.py).
 
 Every case runs against the embedded switch, and against BMv2's own server where
 BMv2 is installed; where BMv2's server behaves differently the test pins what it
@@ -14,14 +14,12 @@ import time
 
 import grpc
 import pytest
-from google.rpc import code_pb2
-from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2
 
 from conftest import IS_ROOT, SwitchLab, free_port
 from qaina_bench.harness.control import ControlError, SwitchConnection, update_errors
 from qaina_bench.harness.targets import bmv2_missing, make_target
 from qaina_bench.p4.embedded.runtime import MAX_STREAMS
+from qaina_bench.p4.proto import code_pb2, p4info_pb2, p4runtime_pb2
 
 pytestmark = pytest.mark.skipif(not IS_ROOT, reason="needs root: veth pairs, raw sockets")
 
@@ -39,40 +37,6 @@ def server(request, tmp_path_factory):
 def fresh(server):
     server.reset()
     return server
-
-
-def test_p4runtime_shell_connects_lists_and_writes_tables(fresh):
-    import p4runtime_sh.shell as sh
-    from p4runtime_sh.context import P4Type
-
-    fresh.conn.close()  # the shell takes over as primary with the same election id
-    sh.setup(device_id=1, grpc_addr=fresh.target.grpc_addr, election_id=(1, 0), verbose=False)
-    try:
-        tables = {name for name, _ in sh.context.get_objs(P4Type.table)}
-        assert tables == {"MyIngress.ipv4_lpm", "MyIngress.aggregator_addr",
-                          "MyIngress.job_table", "MyIngress.member_table",
-                          "MyEgress.result_rewrite"}
-        te = sh.TableEntry("MyIngress.job_table")(action="MyIngress.set_job")
-        te.match["hdr.qaina.job_id"] = "5"
-        for name, value in dict(job_index=1, n_workers=4, slot_base=0, slot_count=8,
-                                mcast_grp=2, bits=4, lane_width=6, lanes=5).items():
-            te.action[name] = str(value)
-        te.insert()
-        read = list(sh.TableEntry("MyIngress.job_table").read())
-        assert len(read) == 1 and read[0].match["hdr.qaina.job_id"].exact.value == b"\x05"
-        lpm = sh.TableEntry("MyIngress.ipv4_lpm")(action="MyIngress.forward")
-        lpm.match["hdr.ipv4.dstAddr"] = "10.0.0.0/24"
-        lpm.action["port"] = "2"
-        lpm.insert()
-        drops = list(sh.CounterEntry("MyIngress.drops").read())
-        assert len(drops) == 16
-    finally:
-        sh.teardown()
-        fresh.reconnect()
-    # What the shell wrote is what the switch holds.
-    entries = fresh.conn.read_table("MyIngress.job_table")
-    assert len(entries) == 1
-    assert [p.value for p in entries[0].action.action.params][1] == b"\x04"
 
 
 def test_errors_are_grpc_statuses(fresh):

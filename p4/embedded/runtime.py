@@ -20,12 +20,11 @@ import threading
 from concurrent import futures
 
 import grpc
-from google.rpc import code_pb2, status_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from .. import program
 from ..header import PAYLOAD_WORDS
 from ..p4info import P4Info, decode, difference, encode
+from ..proto import code_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2
 from .pipeline import Pipeline, PipelineError
 
 log = logging.getLogger("qaina.switch.p4runtime")
@@ -58,6 +57,23 @@ class StreamClosed(Exception):
 
 
 READ_PART = 32768  # entities per ReadResponse (a register cell takes about 20 bytes)
+
+
+class ReadParts:
+    """The ReadResponses of one Read, filled in order, at most ``READ_PART`` entities
+    each: a whole ``agg_sum`` of a large build is more than gRPC's 4 MB message."""
+
+    def __init__(self):
+        self.parts = [p4runtime_pb2.ReadResponse()]
+        self._room = READ_PART
+
+    def add(self):
+        """A new entity at the end of the answer."""
+        if not self._room:
+            self.parts.append(p4runtime_pb2.ReadResponse())
+            self._room = READ_PART
+        self._room -= 1
+        return self.parts[-1].entities.add()
 
 
 class Device:
@@ -405,7 +421,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def Read(self, request, context):
         self._check_device(request.device_id, context)
         pipeline = self._pipeline(context)
-        resp = p4runtime_pb2.ReadResponse()
+        out = ReadParts()
         with self.device.lock:
             for entity in request.entities:
                 kind = entity.WhichOneof("entity")
@@ -413,28 +429,23 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     reader = getattr(self, "_read_" + (kind or "none"), None)
                     if reader is None:
                         raise PipelineError("UNIMPLEMENTED", f"reading {kind} is not supported")
-                    reader(pipeline, getattr(entity, kind), resp)
+                    reader(pipeline, getattr(entity, kind), out)
                 except PipelineError as exc:
                     _abort(context, exc.code, str(exc))
-        # In parts: a whole agg_sum of a large build is more than gRPC's 4 MB message.
-        entities = resp.entities
-        for start in range(0, max(len(entities), 1), READ_PART):
-            part = p4runtime_pb2.ReadResponse()
-            part.entities.extend(entities[start:start + READ_PART])
-            yield part
+        yield from out.parts
 
-    def _read_table_entry(self, pipeline, query, resp):
+    def _read_table_entry(self, pipeline, query, out: ReadParts):
         tables = (pipeline.tables.values() if query.table_id == 0
                   else [self._table(pipeline, query.table_id)])
         for table in tables:
             if query.is_default_action:
-                self._emit_table_entry(resp, table, None, table.default)
+                self._emit_table_entry(out, table, None, table.default)
                 continue
             for key, action in table.entries.items():
-                self._emit_table_entry(resp, table, key, action)
+                self._emit_table_entry(out, table, key, action)
 
-    def _emit_table_entry(self, resp, table, key, action):
-        e = resp.entities.add().table_entry
+    def _emit_table_entry(self, out: ReadParts, table, key, action):
+        e = out.add().table_entry
         e.table_id = table.info.id
         if key is None:
             e.is_default_action = True
@@ -458,7 +469,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             ap.param_id = p.id
             ap.value = encode(v, p.bitwidth)
 
-    def _read_packet_replication_engine_entry(self, pipeline, query, resp):
+    def _read_packet_replication_engine_entry(self, pipeline, query, out: ReadParts):
         if query.WhichOneof("type") != "multicast_group_entry":
             raise PipelineError("UNIMPLEMENTED", "only multicast groups are supported")
         gid = query.multicast_group_entry.multicast_group_id
@@ -466,7 +477,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         if gid != 0:
             groups = {gid: groups[gid]} if gid in groups else {}
         for g, replicas in sorted(groups.items()):
-            m = resp.entities.add().packet_replication_engine_entry.multicast_group_entry
+            m = out.add().packet_replication_engine_entry.multicast_group_entry
             m.multicast_group_id = g
             for port, rid in replicas:
                 r = m.replicas.add()
@@ -481,31 +492,36 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         return [(p4info_kind[array_id], kinds[p4info_kind[array_id].name])]
 
     @staticmethod
-    def _indexes(query, size):
+    def _indexes(query, size) -> slice:
+        """The cells a query asks for, as a slice of the array."""
         if query.HasField("index"):
             if not 0 <= query.index.index < size:
                 raise PipelineError("OUT_OF_RANGE", f"index {query.index.index} >= {size}")
-            return [query.index.index]
-        return range(size)
+            return slice(query.index.index, query.index.index + 1)
+        return slice(0, size)
 
-    def _read_counter_entry(self, pipeline, query, resp):
+    def _read_counter_entry(self, pipeline, query, out: ReadParts):
         info = pipeline.p4info.counters
+        add = out.add
         for cinfo, arr in self._arrays(pipeline.counters, query.counter_id, "counter", info):
-            for i in self._indexes(query, cinfo.size):
-                c = resp.entities.add().counter_entry
+            cells = self._indexes(query, cinfo.size)
+            for i, (packets, nbytes) in enumerate(arr[cells].tolist(), cells.start):
+                c = add().counter_entry
                 c.counter_id = cinfo.id
                 c.index.index = i
-                c.data.packet_count = int(arr[i, 0])
-                c.data.byte_count = int(arr[i, 1])
+                c.data.packet_count = packets
+                c.data.byte_count = nbytes
 
-    def _read_register_entry(self, pipeline, query, resp):
+    def _read_register_entry(self, pipeline, query, out: ReadParts):
         info = pipeline.p4info.registers
+        add = out.add
         for rinfo, arr in self._arrays(pipeline.registers, query.register_id, "register", info):
-            for i in self._indexes(query, rinfo.size):
-                r = resp.entities.add().register_entry
+            cells = self._indexes(query, rinfo.size)
+            for i, value in enumerate(arr[cells].tolist(), cells.start):
+                r = add().register_entry
                 r.register_id = rinfo.id
                 r.index.index = i
-                r.data.bitstring = encode(int(arr[i]), rinfo.bitwidth)
+                r.data.bitstring = encode(value, rinfo.bitwidth)
 
 
 def serve(device: Device, address: str) -> grpc.Server:

@@ -1,0 +1,103 @@
+"""``qaina-bench bench``: the benchmarks, each printing its figures (never timed tests)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
+
+
+@click.group()
+def bench():
+    """Benchmarks that print figures."""
+
+
+@bench.command("switch")
+@click.option("--target", "targets", type=click.Choice(["embedded", "bmv2"]), multiple=True,
+              default=["embedded"], show_default=True,
+              help="repeat to compare targets (prints the ratio)")
+@click.option("--bits", type=int, multiple=True, default=[4, 32], show_default=True)
+@click.option("--rate", type=float, multiple=True,
+              help="offered contributions/s (default: a sweep per target)")
+@click.option("--seconds", type=float, default=4.0, show_default=True)
+@click.option("--repeat", type=int, default=1, show_default=True,
+              help="runs per rate: mean and range")
+@click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
+              multiple=True, default=[str(QAINA_WORDS)], show_default=True,
+              help="the qaina.p4 build (repeat to compare)")
+def bench_switch(targets, bits, rate, seconds, repeat, words):
+    """Aggregation packets/s through one switch on one core, same frames and pacing
+    for every target (root)."""
+    from . import bench as b
+    args = ["switch", "--seconds", str(seconds), "--repeat", str(repeat)]
+    for x in targets:
+        args += ["--target", x]
+    for x in bits:
+        args += ["--bits", str(x)]
+    for x in rate:
+        args += ["--rate", str(x)]
+    for x in words:
+        args += ["--payload-words", x]
+    sys.exit(b.main(args))
+
+
+@bench.command("testbed")
+@click.option("--bw", type=float, default=1.0, show_default=True, help="link Mbit/s")
+@click.option("--iterations", type=int, default=6, show_default=True)
+@click.option("--repeat", type=int, default=3, show_default=True,
+              help="runs of each configuration (mean and range; the repeat table's CV)")
+@click.option("--table", "tables", multiple=True,
+              type=click.Choice(["transport", "repeat", "comparison", "ratio", "cost",
+                                 "headline"]),
+              help="only these tables (default all)")
+@click.option("--ratio-bw", type=float, default=3.0, show_default=True,
+              help="link Mbit/s of the in-network / ring ratio (n=8, b=4, 256 words)")
+@click.option("--ratio-trace", default="digits-mlp-wide", show_default=True,
+              help="trace set of the ratio (digits-mlp-wide is recorded on first use)")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="write the cost table to this CSV file too")
+@click.option("--mode", "modes", type=click.Choice(["ina", "ring", "ps"]), multiple=True,
+              help="the cost table for these schemes only (default all)")
+@click.option("--workers", type=click.Choice(["4", "8"]), multiple=True,
+              help="the cost table for these worker counts only (default both)")
+def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace, csv_path, modes,
+                  workers):
+    """Transport (retransmissions, time against the link rate, repeatability),
+    elements/s of b=4 against b=32 and a ring, on star and leaf-spine, the
+    in-network / ring iteration-time ratio at n=8, (--table cost) the CPU seconds per
+    million aggregated elements of every component with the fidelity verdicts,
+    in-network, ring and parameter server at n=4 and 8, unshaped and at 16 Mbit/s, and
+    (--table headline) 2 jobs x 8 workers unshaped, in-network and ring (root)."""
+    from . import bench as b
+    args = ["testbed", "--bw", str(bw), "--iterations", str(iterations), "--repeat",
+            str(repeat), "--ratio-bw", str(ratio_bw), "--ratio-trace", ratio_trace]
+    if csv_path:
+        args += ["--csv", csv_path]
+    for t in tables:
+        args += ["--table", t]
+    for m in modes:
+        args += ["--mode", m]
+    for n in workers:
+        args += ["--workers", n]
+    sys.exit(b.main(args))
+
+
+@bench.command("control")
+@click.option("--repeat", type=int, default=10, show_default=True, help="reads of each kind")
+@click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
+              default=str(QAINA_WORDS), show_default=True,
+              help="the qaina.p4 build (its agg_sum has 2048 x words cells)")
+def bench_control(repeat, words):
+    """P4Runtime reads of an embedded switch: one Read of every entity (the whole
+    agg_sum included) and the sampler's slot-counter Read, mean and range (root)."""
+    from . import bench as b
+    sys.exit(b.main(["control", "--repeat", str(repeat), "--payload-words", words]))
+
+
+@bench.command("codec")
+def bench_codec():
+    """Agent encode/decode throughput (fp32 MB/s, one core)."""
+    from ..hosts import codec_bench
+    sys.exit(codec_bench.main([]))
