@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -43,6 +44,9 @@ def BitsType():
 @click.version_option(package_name="qaina-bench")
 def main():
     """Testbed for quantization-aware in-network aggregation (QAINA) of gradients."""
+    # A shell starts background jobs with SIGINT ignored; a run must still end on
+    # one, as on Ctrl-C (torn down, results kept).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 _RUN_OPTIONS = [
