@@ -51,8 +51,6 @@ const bit<32> DROP_DUPLICATE = 8;       /* contribution already counted, slot pe
 const bit<32> DROP_BAD_JOB = 9;         /* job entry out of range: job_index, n_workers */
 const bit<32> DROP_WRONG_PORT = 10;     /* member's address on another ingress port   */
 @noWarn("unused")
-const bit<32> DROP_SHED = 14;           /* embedded switch only: overload, slot use   */
-@noWarn("unused")
 const bit<32> DROP_INTERNAL = 15;       /* embedded switch only: processing failed    */
 
 typedef bit<9>  port_t;

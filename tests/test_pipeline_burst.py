@@ -113,38 +113,3 @@ def test_burst_paths_match_the_per_packet_path(bits, faults, monkeypatch):
         assert np.array_equal(ref.counters[name], new.counters[name]), name
     assert ref.counters["MyIngress.slots_closed"][0, 0] > 0
 
-
-def test_overload_sheds_whole_slot_uses():
-    """From an overloaded port the switch discards the slot uses a contribution would
-    open, and every other worker's contribution to them wherever it arrives; uses
-    already open still complete, and nothing is left half summed."""
-    job = Job(1, 0, LaneFormat(4, 4), 0, 64,
-              [Worker(k, 0x0A000001 + k, 0x020000000001 + k, k + 1) for k in range(4)])
-    out = []
-    p = make_pipeline(job, out)
-    frames = bench._frames(job, 64)  # two uses of 64 slots, workers interleaved
-    store = bytearray(BURST * 2052)
-    slots = [pl.frame_slot(store, i * 2052 + pl.SLOT_ALIGN_OFFSET, 2048) for i in range(BURST)]
-    rows = np.ndarray((BURST, 2048), np.uint8, buffer=store, offset=pl.SLOT_ALIGN_OFFSET,
-                      strides=(2052, 1))
-
-    def burst(worker, use, lo, hi, overloaded):
-        mine = [f for k, f in frames[use * 256:(use + 1) * 256] if k == worker][lo:hi]
-        for n, f in enumerate(mine):
-            slots[n][0][:len(f)] = f
-        p.process_burst(worker + 1, slots[:len(mine)], [len(f) for f in mine],
-                        rows[:len(mine)], overloaded)
-
-    burst(0, 0, 0, 32, False)  # worker 0 opens slots 0..31 of the first use
-    burst(0, 0, 32, 64, True)  # ... and would open 32..63 from an overloaded port: shed
-    for w in (1, 2, 3):  # the others, none of them overloaded
-        burst(w, 0, 0, 64, False)
-    c = p.counters
-    assert c["MyIngress.slots_closed"][0, 0] == 32  # the uses already open completed
-    assert c["MyIngress.drops"][14, 0] == 4 * 32  # the shed uses: every worker's
-    assert not p.agg_count.any() and not p.shedder.marked  # nothing stranded
-    closed = sorted({bytes(f[pl.QAINA_AT["slot"]:pl.QAINA_AT["slot"] + 2]) for _, f in out})
-    assert [int.from_bytes(s, "big") for s in closed] == list(range(32))
-    # A retransmission after a use was shed is taken as a new contribution.
-    burst(0, 0, 32, 40, False)
-    assert c["MyIngress.slots_opened"][0, 0] == 32 + 8

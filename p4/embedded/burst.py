@@ -6,8 +6,7 @@ dropped, retransmissions of completed uses answered in their turn. Packets to
 different slots touch disjoint register cells, so this leaves the registers,
 counters and results that the per-packet path (``Pipeline._process_frames``, the
 reference) leaves; ``tests/test_pipeline_burst.py`` checks it frame for frame. Any
-other burst is left untouched for the per-packet path. Under overload the burst path
-also sheds whole slot uses (``overload.py``).
+other burst is left untouched for the per-packet path.
 """
 
 from __future__ import annotations
@@ -86,14 +85,12 @@ def window_member(p, in_port: int, slots, lengths, frames: np.ndarray):
     return member, slot_ids
 
 
-def apply_window(p, in_port: int, slots, lengths, frames: np.ndarray,
-                 overloaded: bool = False) -> bool:
+def apply_window(p, in_port: int, slots, lengths, frames: np.ndarray) -> bool:
     """Apply the burst with numpy if it is one member's window (see the module
     docstring); returns False, having changed nothing, for any other burst.
 
     Contributions the worker made before are duplicates (dropped) or retransmissions
-    of completed uses (answered, in their turn). From an ``overloaded`` port, and
-    to slot uses being discarded, some are shed (``overload.py``).
+    of completed uses (answered, in their turn).
     """
     found = window_member(p, in_port, slots, lengths, frames)
     if found is None:
@@ -104,22 +101,13 @@ def apply_window(p, in_port: int, slots, lengths, frames: np.ndarray,
     copies = slot_ids + frames[:k, _VER].astype(np.intp) * p.pool_slots
     mask = 1 << worker
     mine = (p.agg_seen[copies] & mask) != 0  # contributed to this use of the slot before
-    shedder = p.shedder
-    if not mine.any() and not overloaded and not shedder.marked:
+    if not mine.any():
         _contribute(p, slots, lengths, frames, None, copies, mask, member)
         return True
     count = p.agg_count[copies]
-    fresh = ~mine
-    shed = np.zeros(k, dtype=bool)
-    shed[fresh] = shedder.discard(copies[fresh], mask, count[fresh] == 0, n_workers,
-                                  overloaded)
+    apply = ~mine
     answer = mine & (count == 0)  # the result went out: a retransmission to answer
-    if overloaded:
-        shed |= answer
-        answer[:] = False
-    _count_drops(p, lengths, Drop.SHED, shed)
     _count_drops(p, lengths, Drop.DUPLICATE, mine & (count != 0))
-    apply = fresh & ~shed
     if not answer.any():
         if apply.any():
             _contribute(p, slots, lengths, frames, np.flatnonzero(apply), copies, mask, member)

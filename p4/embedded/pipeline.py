@@ -33,7 +33,6 @@ from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_RESULT, FLAG_RETX, IP_CSU
                       UDP_CSUM, ipv4_checksum, wire)
 from ..p4info import P4Info
 from .burst import BURST_MIN, apply_window
-from .overload import SlotShedder
 from .parser import ETHERTYPE_IPV4, FRAGMENT, HEADERS, IP_PROTO_UDP
 from .replication import PortTx, Replication
 from .tables import PipelineError, Table
@@ -136,7 +135,6 @@ class Pipeline:
             "MyIngress.agg_count": self.agg_count,
             "MyIngress.agg_exp": self.agg_exp.view(np.uint8),
         }
-        self.shedder = SlotShedder(copies)  # overload control, not part of the program
         self._seen = memoryview(self.agg_seen)
         self._count = memoryview(self.agg_count)
         self._exp = memoryview(self.agg_exp)
@@ -212,8 +210,7 @@ class Pipeline:
         view[:length] = memoryview(frame).cast("B")[:length]
         self.process_burst(in_port, self._own_slot, (length,))
 
-    def process_burst(self, in_port: int, slots, lengths, frames: np.ndarray | None = None,
-                      overloaded: bool = False):
+    def process_burst(self, in_port: int, slots, lengths, frames: np.ndarray | None = None):
         """Run frames received on ``in_port``, in order, through the pipeline.
 
         ``slots[i]`` is a ``frame_slot`` holding frame ``i`` (``lengths[i]`` bytes) at
@@ -221,12 +218,11 @@ class Pipeline:
         given, is the same memory as a uint8 array with frame ``i`` at the start of
         row ``i``. Whatever the frames cause is sent before this returns, in the order
         of the frames that caused it. An error inside is counted (``internal``) and
-        logged; it never stops the switch. ``overloaded``: the port's receive ring is
-        backing up (``Port.overloaded``): shed slot uses (``overload.py``).
+        logged; it never stops the switch.
         """
         try:
             if (frames is None or len(lengths) < BURST_MIN
-                    or not apply_window(self, in_port, slots, lengths, frames, overloaded)):
+                    or not apply_window(self, in_port, slots, lengths, frames)):
                 self._process_frames(in_port, slots, lengths)
         except Exception:
             self._internal_error(sum(lengths), len(lengths))
@@ -298,10 +294,6 @@ class Pipeline:
         mask = 1 << worker
         seen_cells, count_cells, exp_cells, cells = self._seen, self._count, self._exp, self.cells
         seen, count = seen_cells[copy], count_cells[copy]
-        if self.shedder.marked and not seen & mask and self.shedder.discard_one(
-                copy, mask, count == 0, n_workers):
-            self._drop(Drop.SHED, length)  # a slot use being discarded (overload.py)
-            return
         if seen & mask:
             if count == 0:  # a retransmission after the result went out: answer it
                 payload[:] = self._rows[copy]

@@ -20,7 +20,6 @@ import struct
 
 import numpy as np
 
-from .overload import HIGH, LOW
 from .pipeline import SLOT_ALIGN_OFFSET, frame_slot
 
 log = logging.getLogger("qaina.switch.ports")
@@ -159,7 +158,6 @@ class Port:
         self._rx_words = self._tx_words = self._tx_halves = None
         self._rx_slots = self._tx_data = ()
         self._held = 0  # rx ring slots handed out by receive() and not yet released
-        self.overloaded = False  # the receive ring is backing up (overload.py)
         if rings and receive:
             try:
                 self._map_rx_ring()
@@ -231,14 +229,7 @@ class Port:
             frames = None
         self._held = n
         self.rx_packets += n
-        self.overloaded = n == limit and self._backlogged(head + n)
         return slots, lengths, frames
-
-    def _backlogged(self, after: int) -> bool:
-        """Whether more than ``HIGH`` frames wait behind this burst (while overloaded:
-        more than ``LOW``); the kernel fills the ring in order."""
-        bound = LOW if self.overloaded else HIGH
-        return bool(self._rx_status_col[(after + bound) % self._rx_count] & TP_STATUS_USER)
 
     def _copy_unusual(self, ready, slots, lengths):
         """Frames not where they normally start in their slot, and frames whose VLAN
@@ -527,7 +518,7 @@ class PortSet:
         try:
             pipeline = device.pipeline
             if pipeline is not None:  # no program yet: dropped, like BMv2 with --no-p4
-                pipeline.process_burst(port.number, slots, lengths, frames, port.overloaded)
+                pipeline.process_burst(port.number, slots, lengths, frames)
         finally:
             port.release()
 
