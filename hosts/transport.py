@@ -369,7 +369,7 @@ class _Exchange:
         results = int(np.count_nonzero(ok))
         stats.refused += kept - results
         stats.packets_received += results
-        ok &= c < self.n
+        ok &= c < self.next_c  # only chunks sent: a result for another is a duplicate
         idx = np.flatnonzero(ok)
         chunks = c[idx]
         fresh = ~self.got[chunks]
