@@ -203,14 +203,14 @@ class SwitchLab:
         self.veths.remove()
 
 
-def open_lab(param: str, tmp_path_factory):
+def open_lab(param: str, tmp_path_factory, ports: int = 5):
     """The lab of a fixture parameter: a kind, with ``-w<N>`` for another build."""
     if not IS_ROOT:
         pytest.skip("needs root: veth pairs and raw sockets")
     kind, _, words = param.partition("-w")
     if kind == "bmv2" and bmv2_missing():
         pytest.skip(f"BMv2 target: {bmv2_missing()}")
-    return SwitchLab(kind, 5, tmp_path_factory.mktemp(param),
+    return SwitchLab(kind, ports, tmp_path_factory.mktemp(param),
                      int(words) if words else QAINA_WORDS)
 
 

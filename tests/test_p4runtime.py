@@ -15,9 +15,9 @@ import time
 import grpc
 import pytest
 
-from conftest import IS_ROOT, SwitchLab, free_port
+from conftest import IS_ROOT, free_port, open_lab
 from qaina_bench.harness.control import ControlError, SwitchConnection, update_errors
-from qaina_bench.harness.targets import bmv2_missing, make_target
+from qaina_bench.harness.targets import make_target
 from qaina_bench.p4.embedded.runtime import MAX_STREAMS
 from qaina_bench.p4.proto import code_pb2, p4info_pb2, p4runtime_pb2
 
@@ -26,9 +26,7 @@ pytestmark = pytest.mark.skipif(not IS_ROOT, reason="needs root: veth pairs, raw
 
 @pytest.fixture(scope="module", params=["embedded", "bmv2"])
 def server(request, tmp_path_factory):
-    if request.param == "bmv2" and bmv2_missing():
-        pytest.skip(f"BMv2 target: {bmv2_missing()}")
-    lab = SwitchLab(request.param, 2, tmp_path_factory.mktemp("p4rt"))
+    lab = open_lab(request.param, tmp_path_factory, ports=2)
     yield lab
     lab.close()
 

@@ -20,12 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IS_ROOT, SwitchLab
+from conftest import IS_ROOT, SwitchLab, open_lab
 from qaina_bench.harness.control import PRIMARY_ELECTION_ID
 from qaina_bench.harness.record import RunRecord, record_dir
 from qaina_bench.harness.shelltool import (PROJECT_DIR, ShellError, backup_election_id,
                                            find_switch, shell_python, shell_venv)
-from qaina_bench.harness.targets import bmv2_missing
 
 CLIENT = Path(__file__).with_name("shell_client.py")
 TABLES = ["MyEgress.result_rewrite", "MyIngress.aggregator_addr", "MyIngress.ipv4_lpm",
@@ -65,11 +64,7 @@ def test_the_checkout_never_shadows_the_shells_protobufs(tool_python):
 
 @pytest.fixture(scope="module", params=["embedded", "bmv2"])
 def server(request, tmp_path_factory):
-    if not IS_ROOT:
-        pytest.skip("needs root: veth pairs, raw sockets")
-    if request.param == "bmv2" and bmv2_missing():
-        pytest.skip(f"BMv2 target: {bmv2_missing()}")
-    lab = SwitchLab(request.param, 2, tmp_path_factory.mktemp("shell"))
+    lab = open_lab(request.param, tmp_path_factory, ports=2)
     yield lab
     lab.close()
 
