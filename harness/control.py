@@ -247,13 +247,20 @@ class SwitchConnection:
 
     def insert_many(self, entries):
         """Insert ``(table, match, action, params)`` tuples in one Write."""
+        self._write_many(p4runtime_pb2.Update.INSERT, "insert", entries)
+
+    def delete_many(self, entries):
+        """Delete the entries of ``(table, match, action, params)`` tuples in one Write."""
+        self._write_many(p4runtime_pb2.Update.DELETE, "delete", entries)
+
+    def _write_many(self, kind, verb: str, entries):
         updates = []
         for table, match, action, params in entries:
-            u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
+            u = p4runtime_pb2.Update(type=kind)
             u.entity.table_entry.CopyFrom(self.table_entry(table, match, action, params))
             updates.append(u)
         if updates:
-            self._write(f"insert {len(updates)} entries", updates)
+            self._write(f"{verb} {len(updates)} entries", updates)
 
     def delete(self, table: str, match: dict, action: str, params: dict | None = None):
         entry = self.table_entry(table, match, action, params)
@@ -263,8 +270,14 @@ class SwitchConnection:
 
     def set_multicast_group(self, group: int, replicas, insert: bool = True):
         """``replicas``: (egress port, instance) pairs."""
-        u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT if insert
-                                 else p4runtime_pb2.Update.MODIFY)
+        self._write_group(p4runtime_pb2.Update.INSERT if insert else p4runtime_pb2.Update.MODIFY,
+                          group, replicas)
+
+    def delete_multicast_group(self, group: int):
+        self._write_group(p4runtime_pb2.Update.DELETE, group, ())
+
+    def _write_group(self, kind, group: int, replicas):
+        u = p4runtime_pb2.Update(type=kind)
         g = u.entity.packet_replication_engine_entry.multicast_group_entry
         g.multicast_group_id = group
         for port, instance in replicas:

@@ -92,6 +92,20 @@ def program_job(conn, job: Job):
     if len(job.workers) != job.fmt.workers:
         raise ValueError(f"job {job.job_id} has {len(job.workers)} workers, "
                          f"its format says {job.fmt.workers}")
+    conn.insert_many(job_entries(job))
+    conn.set_multicast_group(job.mcast_grp, [(w.port, job.rid(w.index)) for w in job.workers])
+
+
+def release_job(conn, job: Job):
+    """Remove what ``program_job`` installed: the job's packets are dropped from then on,
+    and its slots may be given to another job (whose first use of each starts afresh,
+    ``agg_owner`` in qaina.p4)."""
+    conn.delete_many(job_entries(job))
+    conn.delete_multicast_group(job.mcast_grp)
+
+
+def job_entries(job: Job) -> list[tuple]:
+    """The job's table entries: ``(table, match, action, params)``."""
     fmt = job.fmt
     entries = [("MyIngress.job_table", {"hdr.qaina.job_id": job.job_id}, "MyIngress.set_job",
                 {"job_index": job.index, "n_workers": fmt.workers, "slot_base": job.slot_base,
@@ -104,8 +118,7 @@ def program_job(conn, job: Job):
         entries.append(("MyEgress.result_rewrite",
                         {"standard_metadata.egress_rid": job.rid(w.index)},
                         "MyEgress.to_worker", {"mac": w.mac, "ip": w.ip, "worker": w.index}))
-    conn.insert_many(entries)
-    conn.set_multicast_group(job.mcast_grp, [(w.port, job.rid(w.index)) for w in job.workers])
+    return entries
 
 
 def program_route(conn, prefix: int, prefix_len: int, port: int):

@@ -186,6 +186,7 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
     @id(2) register<bit<32>>(POOL_COPIES) agg_seen;   /* bitmap of contributors     */
     @id(3) register<bit<8>>(POOL_COPIES) agg_count;   /* contributions mod n        */
     @id(4) register<bit<8>>(POOL_COPIES) agg_exp;     /* max scale exponent         */
+    @id(5) register<bit<16>>(POOL_COPIES) agg_owner;  /* job_id of the copy's use   */
 
     /* What the harness samples over P4Runtime, per job index (or drop reason). */
     @id(1) counter(MAX_JOBS, CounterType.packets_and_bytes) slots_opened;
@@ -344,8 +345,17 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
         bit<32> word;
         bit<8> count;
         bit<8> exp;
+        bit<16> owner;
         agg_seen.read(seen, copy);
         agg_count.read(count, copy);
+        agg_owner.read(owner, copy);
+        if (owner != hdr.qaina.job_id) {
+            /* Another job used this copy last (the control plane has since given its
+               slots to this job): whatever that job left is not this job's. */
+            seen = 0;
+            count = 0;
+            agg_owner.write(copy, hdr.qaina.job_id);
+        }
 
         if ((seen & mask) == 0) {
             /* First contribution of this worker to this use of the slot. */

@@ -20,8 +20,8 @@ from scapy.layers.l2 import ARP, Ether
 from scapy.utils import checksum
 
 from qaina_bench.harness.jobs import (Job, Worker, aggregator_ip, aggregator_mac, int_to_ip,
-                                      ip_to_int, mac_to_int,
-                                      program_aggregator, program_job, program_route)
+                                      ip_to_int, mac_to_int, program_aggregator, program_job,
+                                      program_route, release_job)
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.p4.constants import Drop
 from conftest import open_lab
@@ -250,6 +250,33 @@ def test_two_jobs_in_disjoint_slot_ranges_do_not_disturb_each_other(sw):
     for index in (0, 1):
         assert count(sw, "slots_closed", index, 1) == 1
         assert count(sw, "results_sent", index, 2) == 2
+
+
+def test_slots_given_to_another_job_start_afresh(sw):
+    """A job leaves with one use of a slot complete and one half done; a job given its
+    slots next aggregates exactly its own contributions in both, from the first."""
+    rng = np.random.default_rng(5)
+    job_a = add_job(sw, job_id=7, index=0, base=0, count=4)
+    one_round(sw, job_a, rng, slot=2)
+    for w in job_a.workers:
+        assert len(results(sw, w.port, count=1)) == 1
+    for k in (0, 1):  # slot 3: half of a use
+        send(sw, job_a, k, job_a.fmt.pack(rng.integers(-7, 8, sw.words * job_a.fmt.lanes)),
+             slot=3)
+    assert count(sw, "slots_opened", 0, 2) == 2
+    release_job(sw.conn, job_a)
+    job_b = add_job(sw, job_id=9, index=1, bits=8, base=0, count=4)
+    for slot in (2, 3):
+        _, words = one_round(sw, job_b, rng, slot=slot, seq=slot)
+        for w in job_b.workers:
+            got = results(sw, w.port, count=1)
+            assert len(got) == 1, f"slot {slot}, worker {w.index}: {len(got)} results"
+            check_result(got[0], job_b, w, wrapping_sum(words), seq=slot)
+    assert count(sw, "slots_closed", 1, 2) == 2
+    assert count(sw, "retx_answered", 1, 0) == 0
+    # The job that left is gone: its packets are dropped.
+    send(sw, job_a, 2, np.zeros(sw.words, dtype=np.uint32), slot=3)
+    assert count(sw, "drops", Drop.UNKNOWN_JOB, 1) == 1
 
 
 def fragment(pkt, more: bool, offset: int):

@@ -25,6 +25,7 @@ from .replication import BLOCK_MIN
 #: bursts of at least this many frames are first tried as a whole
 BURST_MIN = 4
 _SLOT = slice(QAINA_AT["slot"], QAINA_AT["slot"] + 2)
+_JOB = slice(QAINA_AT["job_id"], QAINA_AT["job_id"] + 2)
 _VER, _EXP, _FLAGS = QAINA_AT["ver"], QAINA_AT["exp"], QAINA_AT["flags"]
 _CHECKED = slice(ETH_TYPE, _EXP)  # what the checks read, but for the slot and exp
 
@@ -99,6 +100,13 @@ def apply_window(p, in_port: int, slots, lengths, frames: np.ndarray) -> bool:
     worker, n_workers = member[0], member[3]
     k = len(lengths)
     copies = slot_ids + frames[:k, _VER].astype(np.intp) * p.pool_slots
+    job_id = int(frames[0, _JOB].view(">u2")[0])
+    stale = p.agg_owner[copies] != job_id  # another job's uses: this job's start afresh
+    if stale.any():
+        fresh = copies[stale]
+        p.agg_seen[fresh] = 0
+        p.agg_count[fresh] = 0
+        p.agg_owner[fresh] = job_id
     mask = 1 << worker
     mine = (p.agg_seen[copies] & mask) != 0  # contributed to this use of the slot before
     if not mine.any():

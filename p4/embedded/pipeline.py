@@ -128,16 +128,19 @@ class Pipeline:
         self.agg_seen = np.zeros(copies, dtype=np.uint32)
         self.agg_count = np.zeros(copies, dtype=np.uint8)
         self.agg_exp = np.zeros(copies, dtype=np.int8)
+        self.agg_owner = np.zeros(copies, dtype=np.uint16)
         #: register arrays by P4Info name, flat, as P4Runtime indexes them
         self.registers = {
             "MyIngress.agg_sum": self.agg_sum.reshape(-1),
             "MyIngress.agg_seen": self.agg_seen,
             "MyIngress.agg_count": self.agg_count,
             "MyIngress.agg_exp": self.agg_exp.view(np.uint8),
+            "MyIngress.agg_owner": self.agg_owner,
         }
         self._seen = memoryview(self.agg_seen)
         self._count = memoryview(self.agg_count)
         self._exp = memoryview(self.agg_exp)
+        self._owner = memoryview(self.agg_owner)
         self._rows = list(self.agg_sum)  # one view per slot copy
 
     # -- control-plane views -----------------------------------------------------------
@@ -294,6 +297,9 @@ class Pipeline:
         mask = 1 << worker
         seen_cells, count_cells, exp_cells, cells = self._seen, self._count, self._exp, self.cells
         seen, count = seen_cells[copy], count_cells[copy]
+        if self._owner[copy] != h[10]:  # another job's use: this job's starts afresh
+            seen = count = 0
+            self._owner[copy] = h[10]
         if seen & mask:
             if count == 0:  # a retransmission after the result went out: answer it
                 payload[:] = self._rows[copy]
