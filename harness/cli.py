@@ -64,6 +64,10 @@ _RUN_OPTIONS = [
                  help="aggregator slots per job (the window)"),
     click.option("--pool-slots", type=int, default=DEFAULTS.pool_slots, show_default=True,
                  help="slots of the switch's pool the jobs share (a smaller switch)"),
+    click.option("--arrivals", metavar="TIMES|poisson:GAP",
+                 help="jobs arrive over time and leave when done: seconds after the start, "
+                 "one per job (0,0.5,1), or poisson:GAP (mean gap in s, from --seed); a "
+                 "job waits until its slots are free"),
     click.option("--trace", default=DEFAULTS.trace, show_default=True,
                  help="gradient trace set (see `traces list`)"),
     click.option("--trace-dir", "trace_dirs", multiple=True, type=click.Path(),

@@ -88,6 +88,7 @@ class RunConfig:
     pack: bool = True  # False: one value per register (isolates packing; b < 32)
     pool_slots: int = POOL_SLOTS  # slots of the switch's pool the jobs may share
     host_cpu: float | None = None  # cores of CPU time per second each host may use
+    arrivals: str | None = None  # "0,0.5,1" (s) or "poisson:GAP": jobs arrive, leave when done
 
     # -- io ----------------------------------------------------------------------------
     @classmethod
@@ -164,10 +165,17 @@ class RunConfig:
                               f"{POOL_SLOTS} slots")
         if self.slots < 1:
             raise ConfigError(f"--slots {self.slots}: a job needs at least one slot")
-        if self.mode == "ina" and self.slots * self.jobs > self.pool_slots:
+        if self.arrivals is not None:
+            from .arrivals import arrival_offsets
+            arrival_offsets(self.arrivals, self.jobs, self.seed)
+        if self.mode == "ina" and self.slots > self.pool_slots:
+            raise PoolError(f"--slots {self.slots}: a job needs more slots than the pool of "
+                            f"{self.pool_slots} holds; use fewer slots or a larger --pool-slots")
+        if (self.mode == "ina" and self.arrivals is None
+                and self.slots * self.jobs > self.pool_slots):
             raise PoolError(f"--slots {self.slots} x {self.jobs} jobs do not fit a pool of "
-                            f"{self.pool_slots} slots: use fewer jobs or slots, or a larger "
-                            "--pool-slots")
+                            f"{self.pool_slots} slots: use fewer jobs or slots, a larger "
+                            "--pool-slots, or --arrivals (jobs then wait for free slots)")
         if self.loss is not None and not 0 <= self.loss < 100:
             raise ConfigError(f"--loss {self.loss}: a percentage in [0, 100)")
         if self.bw is not None and self.bw <= 0:

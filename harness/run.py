@@ -31,7 +31,8 @@ from ..topologies import TOPOLOGIES, LinkParams
 from .config import ConfigError, RunConfig
 from .cpulimit import limit_problem
 from .cpustat import CpuLedger
-from .jobs import Job, aggregator_ip, int_to_ip, partition_slots
+from .arrivals import Admission, SlotPool, arrival_offsets
+from .jobs import Job, aggregator_ip, int_to_ip, partition_slots, program_job, release_job
 from .linkloss import netem_available, nft_available
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
@@ -171,6 +172,9 @@ class Run:
         self.hold = hold  # keep the network up after the jobs until Ctrl-C or SIGTERM
         self.t_invoked = time.time()
         self.trace = cfg.check()
+        #: --arrivals: each job's arrival after the start signal (s); None: all at once
+        self.offsets = arrival_offsets(cfg.arrivals, cfg.jobs, cfg.seed)
+        self.admission: Admission | None = None
         self.trace_path = None if cfg.train else find_trace(cfg.trace, cfg.trace_dirs or None)
         if os.geteuid() != 0:
             raise ConfigError("qaina-bench up needs root (Mininet, veth, raw sockets): "
@@ -268,8 +272,9 @@ class Run:
         self.interfaces = self.testbed.interface_peers()
         self.events["network_up"] = time.time()
         agg = topo.aggregator
-        bases = (partition_slots([cfg.slots] * cfg.jobs, cfg.pool_slots) if cfg.mode == "ina"
-                 else [0] * cfg.jobs)  # the baselines hold no slots
+        # The baselines hold no slots; with --arrivals a job gets its range when admitted.
+        bases = (partition_slots([cfg.slots] * cfg.jobs, cfg.pool_slots)
+                 if cfg.mode == "ina" and self.offsets is None else [0] * cfg.jobs)
         job_hosts = topo.job_hosts(cfg.jobs, cfg.workers)
         for j, bits in enumerate(cfg.job_bits()):
             workers = [self.testbed.worker(k, h, agg) for k, h in enumerate(job_hosts[j])]
@@ -278,12 +283,14 @@ class Run:
         if cfg.mode == "ps":
             self.servers = topo.server_hosts(cfg.jobs, cfg.workers)
         if cfg.mode == "ina":
-            self.testbed.program_jobs(agg, self.jobs)
+            self.testbed.program_jobs(agg, self.jobs if self.offsets is None else [])
         self.aggregator = agg
         self.events["programmed"] = time.time()
         for job in self.jobs:
-            where = {"ina": f"slots {job.slot_base}..{job.slot_base + job.slot_count - 1} on "
-                            f"{agg}, {cfg.payload_words} words per packet",
+            slots = (f"slots {job.slot_base}..{job.slot_base + job.slot_count - 1}"
+                     if self.offsets is None else
+                     f"arrives at +{self.offsets[job.index]:g} s, {job.slot_count} slots")
+            where = {"ina": f"{slots} on {agg}, {cfg.payload_words} words per packet",
                      "ring": "ring all-reduce",
                      "ps": f"parameter server on {self.servers[job.index]}"
                      if self.servers else ""}[cfg.mode]
@@ -296,6 +303,9 @@ class Run:
         agg_ip = aggregator_ip(self.testbed.device_ids[self.aggregator])
         go = self.writer.dir / "agents" / "go"
         self._launch_servers()
+        # With --arrivals each job has a start file of its own, written at its admission.
+        self.start_files = {job.job_id: go if self.offsets is None else
+                            go.with_name(f"go-j{job.job_id}") for job in self.jobs}
         for job in self.jobs:
             for w in job.workers:
                 host = w.host
@@ -308,7 +318,10 @@ class Run:
                                    iterations=cfg.iterations, aggregator=agg_ip,
                                    slot_base=job.slot_base, slots=job.slot_count,
                                    output=str(self.writer.dir / "agents" / f"{name}.jsonl"),
-                                   seed=cfg.seed, headroom=cfg.headroom, start_file=str(go),
+                                   seed=cfg.seed, headroom=cfg.headroom,
+                                   start_file=str(self.start_files[job.job_id]),
+                                   start_timeout=(120.0 if self.offsets is None
+                                                  else max(120.0, cfg.timeout)),
                                    quantizer=cfg.quantizer, bucket=cfg.bucket,
                                    error_feedback=cfg.error_feedback,
                                    record_levels=cfg.record_levels, compress=cfg.compress,
@@ -348,8 +361,41 @@ class Run:
         for p in self._processes():
             self.ledger.watch(p["name"], p["component"], p["pid"], p["job"])
         self.ledger.begin()
-        go.touch()
         self.events["agents_go"] = time.time()
+        if self.offsets is None:
+            go.touch()
+        else:
+            pool = SlotPool(cfg.pool_slots)
+            slots = [job.slot_count if cfg.mode == "ina" else 0 for job in self.jobs]
+            self.admission = Admission(pool, slots, self.offsets, self.events["agents_go"],
+                                       self._admit, self._release)
+            self.admission.step(time.time())
+
+    def _admit(self, index: int, base: int):
+        """--arrivals: job ``index`` gets slots ``base..``, its entries, its start signal
+        (the start file holds its slot base)."""
+        job = self.jobs[index]
+        job.slot_base = base
+        if self.cfg.mode == "ina":
+            program_job(self.testbed.conns[self.aggregator], job)
+        start = self.start_files[job.job_id]
+        partial = start.with_suffix(".partial")
+        partial.write_text(json.dumps({"slot_base": base}))
+        partial.rename(start)
+
+    def _release(self, index: int):
+        if self.cfg.mode == "ina":
+            release_job(self.testbed.conns[self.aggregator], self.jobs[index])
+
+    def _admit_and_release(self):
+        """--arrivals: jobs whose agents all ended leave, arrived jobs are admitted."""
+        now = time.time()
+        for a in self.admission.arrivals:
+            if a.admitted is not None and a.left is None:
+                job_id = self.jobs[a.job].job_id
+                if all(self.ledger.poll(x.popen) == 0 for x in self.agents if x.job == job_id):
+                    self.admission.leave(a.job, now)
+        self.admission.step(now)
 
     def _launch_servers(self):
         """--mode ps: one parameter server process per job, on the job's server host."""
@@ -408,8 +454,12 @@ class Run:
                 self._check_agents()
                 if self.sampler.error:
                     raise RunError(self.sampler.error)
+                if self.admission is not None:
+                    self._admit_and_release()
                 done = sum(a.iterations_done() for a in self.agents)
                 line = f"  iterations {done}/{total}  ({time.time() - t0:5.1f} s)"
+                if self.admission is not None and self.admission.waiting:
+                    line += f", {self.admission.waiting} job(s) not admitted yet"
                 if line != shown:
                     self.echo("\r" + line, nl=False)
                     shown = line
@@ -419,7 +469,9 @@ class Run:
                     self.status = "timeout"
                     self.echo(f"\nrun exceeded --timeout {cfg.timeout:.0f} s")
                     break
-                time.sleep(0.1)
+                # Jobs waiting to arrive or for slots are admitted within 10 ms.
+                time.sleep(0.01 if self.admission is not None and self.admission.waiting
+                           else 0.1)
         finally:
             self.sampler.stop()
             self.ledger.end()  # before anything is stopped
@@ -465,6 +517,18 @@ class Run:
                 return
         self.record.close()
 
+    def _arrival(self, index: int) -> dict:
+        """--arrivals: when job ``index`` arrived, was admitted and left, in seconds
+        after the start signal (None: it was not); {} without --arrivals."""
+        if self.offsets is None:
+            return {}
+        a = self.admission.arrivals[index] if self.admission else None
+        go = self.events.get("agents_go", 0.0)
+        since = (lambda t: None if t is None else t - go)
+        return {"arrival_s": self.offsets[index], "arrived_at": go + self.offsets[index],
+                "admitted_s": since(a.admitted) if a else None,
+                "left_s": since(a.left) if a else None}
+
     def _write_results(self) -> dict:
         agents = [{"job": a.job, "worker": a.worker, "host": a.host, "records": a.records()}
                   for a in self.agents]
@@ -479,7 +543,7 @@ class Run:
                           "workers": j.fmt.workers, "lane_width": j.fmt.width,
                           "lanes": j.fmt.lanes, "packed": j.fmt.packed,
                           "payload_words": self.cfg.payload_words, "slot_base": j.slot_base,
-                          "slots": j.slot_count,
+                          "slots": j.slot_count, **self._arrival(j.index),
                           "hosts": [w.host for w in j.workers]
                           + ([self.servers[j.index]] if self.servers else [])}
                          for j in self.jobs]}

@@ -108,6 +108,9 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
     efficiency = [r["values"] * job["bits"] / (-(-r["values"] // (words * job["lanes"]))
                                                * words * 32) for r in mine]
     in_network = aggregator is not None  # ring mode: the switches only route
+    if job.get("admitted_s") is not None:  # --arrivals: times since the start signal
+        out.update(wait_s=job["admitted_s"] - job["arrival_s"],
+                   turnaround_s=end - job["arrived_at"])
     out.update(
         iterations_done=len(complete),
         workers_reporting=len(workers),

@@ -87,7 +87,7 @@ class AgentConfig:
     rto_min: float = 0.1  # scheduling stalls of tens of ms are normal on a shared 2-core box
     rto_max: float = 1.0
     stall_timeout: float = 30.0
-    start_file: str | None = None  # start sending once this file exists (all together)
+    start_file: str | None = None  # start once this file exists; it may hold {"slot_base": N}
     start_timeout: float = 120.0
     record_levels: bool = False  # keep own levels and received sums (for verification)
     compress: str = "none"  # "none" or "gradiveq"
@@ -402,6 +402,9 @@ class Agent:
                     raise AgentError(f"no start signal ({cfg.start_file}) within "
                                      f"{cfg.start_timeout:.0f} s")
                 time.sleep(0.002)
+            given = Path(cfg.start_file).read_text().strip()
+            if given:  # a job admitted on arrival learns its slots with its start signal
+                self.stream.slot_base = int(json.loads(given)["slot_base"])
         usage0 = resource.getrusage(resource.RUSAGE_SELF)
         predicted, size = None, None
         for i in range(cfg.iterations):

@@ -92,6 +92,25 @@ def test_star_four_workers_get_exact_aggregates(tmp_path, target):
     assert requests.count("table_id: 33554436") == 4  # member_table: the 4 workers
 
 
+def test_a_job_arriving_at_a_full_pool_waits_and_reuses_a_left_jobs_slots_exactly(
+        tmp_path, target):
+    """Three jobs arrive together on a pool that holds two: the third is admitted when
+    one leaves, on that job's slots (whose copies it must not take for its own), exact."""
+    summary, directory = execute(tmp_path, target=target, topo="star", jobs=3, workers=2,
+                                 bits=[4, 8, 4], iterations=2, slots=16, pool_slots=32,
+                                 arrivals="0,0,0")
+    assert summary["complete"], summary["errors"]
+    check_exact_aggregates(directory, summary)
+    first, second, third = summary["jobs"]
+    assert {first["slot_base"], second["slot_base"]} == {0, 16}
+    gone = min((first, second), key=lambda j: j["left_s"])
+    assert third["slot_base"] == gone["slot_base"]
+    assert third["admitted_s"] >= gone["left_s"] and third["wait_s"] > 0
+    assert third["turnaround_s"] > third["job_completion_s"]
+    for job in summary["jobs"]:
+        assert job["iterations_done"] == 2 and job["arrival_s"] == 0
+
+
 def test_dumbbell_aggregates_across_the_bottleneck_and_reruns_from_its_config(tmp_path, target):
     summary, directory = execute(tmp_path, target=target, topo="dumbbell", jobs=1, workers=4,
                                  bits=[1], iterations=2)
