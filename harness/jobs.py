@@ -23,14 +23,27 @@ class Worker:
     host: str = ""  # the Mininet host it runs on
 
 
+@dataclass(frozen=True)
+class Upstream:
+    """Two levels: where a lower aggregator sends its sum (``upstream_table``)."""
+    port: int  # this switch's port towards the upper aggregator
+    ip: int  # the upper aggregator's address
+    mac: int
+    worker: int  # this switch's worker index in the upper aggregator's job
+
+
 @dataclass
 class Job:
+    """A job as one aggregating switch holds it: ``workers`` are what sends to it (the
+    workers below it; at an upper aggregator of two levels, the lower aggregators);
+    ``fmt`` is sized for all of the job's workers."""
     job_id: int
     index: int  # job_table's job_index: which counters the job's packets count in
     fmt: LaneFormat
     slot_base: int
     slot_count: int
     workers: list[Worker] = field(default_factory=list)
+    upstream: Upstream | None = None  # two levels: this switch's sum goes up there
 
     @property
     def mcast_grp(self) -> int:
@@ -89,9 +102,9 @@ def program_job(conn, job: Job):
     if len(job.workers) > MAX_WORKERS:
         raise ValueError(f"job {job.job_id} has {len(job.workers)} workers; the switch "
                          f"aggregates at most {MAX_WORKERS} per job")
-    if len(job.workers) != job.fmt.workers:
-        raise ValueError(f"job {job.job_id} has {len(job.workers)} workers, "
-                         f"its format says {job.fmt.workers}")
+    if len(job.workers) > job.fmt.workers:
+        raise ValueError(f"job {job.job_id} has {len(job.workers)} workers here, its "
+                         f"format is sized for {job.fmt.workers}")
     conn.insert_many(job_entries(job))
     conn.set_multicast_group(job.mcast_grp, [(w.port, job.rid(w.index)) for w in job.workers])
 
@@ -108,7 +121,8 @@ def job_entries(job: Job) -> list[tuple]:
     """The job's table entries: ``(table, match, action, params)``."""
     fmt = job.fmt
     entries = [("MyIngress.job_table", {"hdr.qaina.job_id": job.job_id}, "MyIngress.set_job",
-                {"job_index": job.index, "n_workers": fmt.workers, "slot_base": job.slot_base,
+                {"job_index": job.index, "n_workers": len(job.workers),
+                 "slot_base": job.slot_base,
                  "slot_count": job.slot_count, "mcast_grp": job.mcast_grp, "bits": fmt.bits,
                  "lane_width": fmt.width, "lanes": fmt.lanes})]
     for w in job.workers:
@@ -118,6 +132,11 @@ def job_entries(job: Job) -> list[tuple]:
         entries.append(("MyEgress.result_rewrite",
                         {"standard_metadata.egress_rid": job.rid(w.index)},
                         "MyEgress.to_worker", {"mac": w.mac, "ip": w.ip, "worker": w.index}))
+    if job.upstream is not None:
+        up = job.upstream
+        entries.append(("MyIngress.upstream_table", {"hdr.qaina.job_id": job.job_id},
+                        "MyIngress.set_upstream",
+                        {"port": up.port, "addr": up.ip, "mac": up.mac, "worker": up.worker}))
     return entries
 
 

@@ -50,6 +50,7 @@ const bit<32> DROP_BAD_SLOT = 7;        /* slot outside the job's range or the p
 const bit<32> DROP_DUPLICATE = 8;       /* contribution already counted, slot pending */
 const bit<32> DROP_BAD_JOB = 9;         /* job entry out of range: job_index, n_workers */
 const bit<32> DROP_WRONG_PORT = 10;     /* member's address on another ingress port   */
+const bit<32> DROP_STALE_RESULT = 13;   /* upstream result no copy is waiting for     */
 @noWarn("unused")
 const bit<32> DROP_INTERNAL = 15;       /* embedded switch only: processing failed    */
 
@@ -127,6 +128,10 @@ struct metadata_t {
     bit<8>  member_worker;  /* worker index of the source address                   */
     port_t  member_port;    /* the port the member's packets arrive on              */
     bit<1>  is_result;      /* leaves as an aggregation result (counted at egress)  */
+    port_t  up_port;        /* two levels: the port to the job's upper aggregator   */
+    ip4_t   up_addr;        /* ... its address and MAC,                              */
+    mac_t   up_mac;
+    bit<8>  up_worker;      /* ... and this switch's worker index there (0: top)     */
 }
 
 /* ---------------------------------------------------------------- parser */
@@ -187,6 +192,8 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
     @id(3) register<bit<8>>(POOL_COPIES) agg_count;   /* contributions mod n        */
     @id(4) register<bit<8>>(POOL_COPIES) agg_exp;     /* max scale exponent         */
     @id(5) register<bit<16>>(POOL_COPIES) agg_owner;  /* job_id of the copy's use   */
+    @id(6) register<bit<8>>(POOL_COPIES) agg_final;   /* two levels: result is in   */
+    @id(7) register<bit<32>>(POOL_COPIES) agg_seq;    /* seq of the copy's use      */
 
     /* What the harness samples over P4Runtime, per job index (or drop reason). */
     @id(1) counter(MAX_JOBS, CounterType.packets_and_bytes) slots_opened;
@@ -229,6 +236,13 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
         meta.member_port = port;
     }
 
+    @id(9) action set_upstream(port_t port, ip4_t addr, mac_t mac, bit<8> worker) {
+        meta.up_port = port;
+        meta.up_addr = addr;
+        meta.up_mac = mac;
+        meta.up_worker = worker;
+    }
+
     @id(1) table ipv4_lpm {
         key = { hdr.ipv4.dstAddr: lpm; }
         actions = { forward; no_route; }
@@ -259,6 +273,28 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
         actions = { set_member; NoAction; }
         default_action = NoAction();
         size = 512;
+    }
+
+    /* Two-level aggregation: a job with an entry here is aggregated on this switch
+       over the workers below it, and the sum goes up to the job's upper aggregator
+       as this switch's contribution; the upper aggregator's result comes back down. */
+    @id(8) table upstream_table {
+        key = { hdr.qaina.job_id: exact; }
+        actions = { set_upstream; NoAction; }
+        default_action = NoAction();
+        size = MAX_JOBS;
+    }
+
+    /* The sum of the workers below goes up as this switch's contribution. */
+    @hidden action partial_to_upstream() {
+        hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
+        hdr.ethernet.dstAddr = meta.up_mac;
+        hdr.ipv4.srcAddr = hdr.ipv4.dstAddr;
+        hdr.ipv4.dstAddr = meta.up_addr;
+        hdr.ipv4.ttl = RESULT_TTL;
+        hdr.udp.checksum = 0;
+        hdr.qaina.worker = meta.up_worker;
+        standard_metadata.egress_spec = meta.up_port;
     }
 
     /* A result leaves from the aggregator's address, with a fresh TTL. */
@@ -303,7 +339,13 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
             drop_for(DROP_MALFORMED);
             return;
         }
-        if ((hdr.qaina.flags & FLAG_RESULT) != 0 || hdr.qaina.ver > 1) {
+        /* A result comes in only from the job's upper aggregator, on its port. */
+        upstream_table.apply();
+        bool from_upstream = (hdr.qaina.flags & FLAG_RESULT) != 0;
+        if ((from_upstream && (meta.up_port == 0
+                               || standard_metadata.ingress_port != meta.up_port
+                               || hdr.ipv4.srcAddr != meta.up_addr))
+                || hdr.qaina.ver > 1) {
             drop_for(DROP_BAD_FLAGS);
             return;
         }
@@ -317,17 +359,20 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
             drop_for(DROP_BAD_JOB);
             return;
         }
-        if (!member_table.apply().hit) {
-            drop_for(DROP_NON_MEMBER);
-            return;
-        }
-        if (standard_metadata.ingress_port != meta.member_port) {
-            drop_for(DROP_WRONG_PORT);
-            return;
-        }
-        if (hdr.qaina.worker != meta.member_worker || hdr.qaina.worker >= meta.n_workers) {
-            drop_for(DROP_BAD_WORKER);
-            return;
+        if (!from_upstream) {
+            if (!member_table.apply().hit) {
+                drop_for(DROP_NON_MEMBER);
+                return;
+            }
+            if (standard_metadata.ingress_port != meta.member_port) {
+                drop_for(DROP_WRONG_PORT);
+                return;
+            }
+            if (hdr.qaina.worker != meta.member_worker
+                    || hdr.qaina.worker >= meta.n_workers) {
+                drop_for(DROP_BAD_WORKER);
+                return;
+            }
         }
         if (hdr.qaina.slot < meta.slot_base
                 || hdr.qaina.slot - meta.slot_base >= meta.slot_count
@@ -345,6 +390,8 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
         bit<32> word;
         bit<8> count;
         bit<8> exp;
+        bit<8> final;
+        bit<32> seq;
         bit<16> owner;
         agg_seen.read(seen, copy);
         agg_count.read(count, copy);
@@ -357,6 +404,21 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
             agg_owner.write(copy, hdr.qaina.job_id);
         }
 
+        if (from_upstream) {
+            /* The upper aggregator's result for the use whose sum went up: kept, to
+               answer the workers' retransmissions, and sent to every worker below. */
+            agg_final.read(final, copy);
+            agg_seq.read(seq, copy);
+            if (seen != 0 && count == 0 && final == 0 && seq == hdr.qaina.seq) {
+                ALL_WORDS(STORE_WORD)
+                agg_exp.write(copy, hdr.qaina.exp);
+                agg_final.write(copy, 1);
+                result_to_all();
+            } else {
+                drop_for(DROP_STALE_RESULT);
+            }
+            return;
+        }
         if ((seen & mask) == 0) {
             /* First contribution of this worker to this use of the slot. */
             agg_seen.write(copy, seen | mask);
@@ -366,6 +428,8 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
             if (count == 0) {
                 ALL_WORDS(STORE_WORD)
                 agg_exp.write(copy, hdr.qaina.exp);
+                agg_final.write(copy, 0);
+                agg_seq.write(copy, hdr.qaina.seq);
                 slots_opened.count((bit<32>)meta.job_index);
             } else {
                 ALL_WORDS(ADD_WORD)
@@ -383,16 +447,29 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
             agg_count.write(copy, count);
             if (count == 0) {
                 slots_closed.count((bit<32>)meta.job_index);
-                result_to_all();
+                if (meta.up_port != 0) {
+                    hdr.qaina.flags = 0;
+                    partial_to_upstream();
+                } else {
+                    result_to_all();
+                }
             } else {
                 mark_to_drop(standard_metadata);
             }
         } else if (count == 0) {
-            /* A retransmission after the result went out: answer from the copy. */
+            /* A retransmission after the result went out: answer from the copy; or,
+               below an upper aggregator that has not answered yet, send the sum up
+               again (a partial or a result was lost above). */
             ALL_WORDS(LOAD_WORD)
             agg_exp.read(hdr.qaina.exp, copy);
-            retx_answered.count((bit<32>)meta.job_index);
-            result_to_sender();
+            agg_final.read(final, copy);
+            if (meta.up_port != 0 && final == 0) {
+                hdr.qaina.flags = FLAG_RETX;
+                partial_to_upstream();
+            } else {
+                retx_answered.count((bit<32>)meta.job_index);
+                result_to_sender();
+            }
         } else {
             drop_for(DROP_DUPLICATE);
         }

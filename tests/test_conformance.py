@@ -19,7 +19,7 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.utils import checksum
 
-from qaina_bench.harness.jobs import (Job, Worker, aggregator_ip, aggregator_mac, int_to_ip,
+from qaina_bench.harness.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, int_to_ip,
                                       ip_to_int, mac_to_int, program_aggregator, program_job,
                                       program_route, release_job)
 from qaina_bench.hosts.lanes import LaneFormat
@@ -277,6 +277,94 @@ def test_slots_given_to_another_job_start_afresh(sw):
     # The job that left is gone: its packets are dropped.
     send(sw, job_a, 2, np.zeros(sw.words, dtype=np.uint32), slot=3)
     assert count(sw, "drops", Drop.UNKNOWN_JOB, 1) == 1
+
+
+UPPER_IP, UPPER_MAC = aggregator_ip(9), aggregator_mac(9)
+
+
+def lower_job(lab) -> Job:
+    """Job 7 of 4 workers, two of which (ports 1, 2) are below this switch; the job's
+    upper aggregator is behind port 5, where this switch is worker 1."""
+    job = Job(7, 0, LaneFormat(4, 4), 0, 8, [Worker(k, w.ip, w.mac, w.port)
+                                               for k, w in enumerate(WORKERS[:2])],
+              Upstream(5, ip_to_int(UPPER_IP), mac_to_int(UPPER_MAC), 1))
+    program_job(lab.conn, job)
+    return job
+
+
+def upper_result(job: Job, words, slot=0, ver=0, seq=0, exp=0, flags=FLAG_RESULT):
+    return (Ether(src=UPPER_MAC, dst=AGG_MAC) / IP(src=UPPER_IP, dst=AGG_IP)
+            / UDP(sport=QAINA_UDP_PORT, dport=QAINA_UDP_PORT)
+            / QAINA(job_id=job.job_id, worker=1, flags=flags, slot=slot, ver=ver, exp=exp,
+                    seq=seq, words=[int(x) for x in words]))
+
+
+def check_partial(pkt, job: Job, words, exp: int, seq: int, flags=0):
+    """``pkt`` is this switch's sum going up to the job's upper aggregator."""
+    q = pkt[QAINA]
+    assert (q.job_id, q.worker, q.flags, q.seq, q.exp) == (job.job_id, 1, flags, seq, exp)
+    assert pkt[IP].src == AGG_IP and pkt[IP].dst == UPPER_IP and ipv4_checksum_ok(pkt)
+    assert pkt[Ether].dst == UPPER_MAC and pkt[IP].ttl == 64
+    assert list(q.words) == [int(x) for x in words]
+
+
+def test_lower_aggregator_sends_its_sum_up_and_the_upper_result_down(sw):
+    job = lower_job(sw)
+    rng = np.random.default_rng(6)
+    words = [job.fmt.pack(rng.integers(-7, 8, sw.words * job.fmt.lanes)) for _ in range(2)]
+    for k in range(2):
+        send(sw, job, k, words[k], slot=3, exp=k - 3, seq=11)
+    up = results(sw, 5, count=1)
+    assert len(up) == 1
+    check_partial(up[0], job, wrapping_sum(words), exp=-2, seq=11)
+    assert all(results(sw, w.port, timeout=0.2) == [] for w in job.workers)
+    # A worker that times out before the result came down: the sum goes up again.
+    send(sw, job, 0, words[0], slot=3, seq=11, flags=FLAG_RETX)
+    again = results(sw, 5, count=1)
+    assert len(again) == 1
+    check_partial(again[0], job, wrapping_sum(words), exp=-2, seq=11, flags=FLAG_RETX)
+    final = wrapping_sum(words + [job.fmt.pack(rng.integers(-7, 8, sw.words * job.fmt.lanes))])
+    sw.hosts[5].send(upper_result(job, final, slot=3, seq=11, exp=4))
+    for w in job.workers:
+        got = results(sw, w.port, count=1)
+        assert len(got) == 1
+        check_result(got[0], job, w, final, exp=4, seq=11)
+    # The same result again (the answer to the repeated sum) is stale: dropped.
+    sw.hosts[5].send(upper_result(job, final, slot=3, seq=11, exp=4,
+                                  flags=FLAG_RESULT | FLAG_RETX))
+    assert count(sw, "drops", Drop.STALE_RESULT, 1) == 1
+    # From now on a retransmission is answered here, from the stored result.
+    send(sw, job, 1, words[1], slot=3, seq=11, flags=FLAG_RETX)
+    got = results(sw, 2, count=1)
+    assert len(got) == 1
+    check_result(got[0], job, job.workers[1], final, exp=4, seq=11,
+                 flags=FLAG_RESULT | FLAG_RETX)
+    assert results(sw, 5, timeout=0.2) == [] and results(sw, 1, timeout=0.2) == []
+    assert count(sw, "slots_closed", 0, 1) == 1
+
+
+def test_lower_aggregator_takes_results_only_from_above_for_a_waiting_use(sw):
+    job = lower_job(sw)
+    zeros = np.zeros(sw.words, dtype=np.uint32)
+    for k in range(2):
+        send(sw, job, k, zeros, slot=1, seq=4)
+    assert len(results(sw, 5, count=1)) == 1
+    stale = count(sw, "drops", Drop.STALE_RESULT, 0)
+    bad = count(sw, "drops", Drop.BAD_FLAGS, 0)
+    sw.hosts[5].send(upper_result(job, zeros + 1, slot=1, seq=5))  # another use's seq
+    sw.hosts[5].send(upper_result(job, zeros + 1, slot=2, seq=5))  # a slot with no use
+    assert count(sw, "drops", Drop.STALE_RESULT, stale + 2) == stale + 2
+    sw.hosts[3].send(upper_result(job, zeros + 1, slot=1, seq=4))  # not from above
+    forged = upper_result(job, zeros + 1, slot=1, seq=4)
+    forged[IP].src = OTHER_IP
+    sw.hosts[5].send(forged)  # from above, but not the upper aggregator's address
+    assert count(sw, "drops", Drop.BAD_FLAGS, bad + 2) == bad + 2
+    assert all(results(sw, w.port, timeout=0.2) == [] for w in job.workers)
+    sw.hosts[5].send(upper_result(job, zeros + 1, slot=1, seq=4))  # the right one
+    for w in job.workers:
+        got = results(sw, w.port, count=1)
+        assert len(got) == 1
+        check_result(got[0], job, w, zeros + 1, seq=4)
 
 
 def fragment(pkt, more: bool, offset: int):

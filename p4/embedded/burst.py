@@ -26,6 +26,7 @@ from .replication import BLOCK_MIN
 BURST_MIN = 4
 _SLOT = slice(QAINA_AT["slot"], QAINA_AT["slot"] + 2)
 _JOB = slice(QAINA_AT["job_id"], QAINA_AT["job_id"] + 2)
+_SEQ = slice(QAINA_AT["seq"], QAINA_AT["seq"] + 4)
 _VER, _EXP, _FLAGS = QAINA_AT["ver"], QAINA_AT["exp"], QAINA_AT["flags"]
 _CHECKED = slice(ETH_TYPE, _EXP)  # what the checks read, but for the slot and exp
 
@@ -73,7 +74,7 @@ def window_member(p, in_port: int, slots, lengths, frames: np.ndarray):
     if h[0] != ETHERTYPE_IPV4 or h[7] not in p.aggregator:
         return None
     member = p.check(in_port, h)
-    if isinstance(member, int):  # a drop reason
+    if isinstance(member, int) or member[7] is not None:  # a drop reason; two levels
         return None
     first_slot, end_slot = member[4], member[5]
     slot_ids = frames[:k, _SLOT].view(">u2")[:, 0].astype(np.intp)
@@ -143,7 +144,7 @@ def _contribute(p, slots, lengths, frames: np.ndarray, sel, copies: np.ndarray, 
                 member: tuple):
     """First contributions of one worker (``mask``: its bit) to distinct slot uses:
     the frames ``sel`` of the burst (None: all of them)."""
-    _, _, cell, n_workers, _, _, group = member
+    _, _, cell, n_workers, _, _, group, _ = member
     k = len(lengths)
     rows = slice(0, k) if sel is None else sel
     mine = copies if sel is None else copies[sel]
@@ -153,6 +154,10 @@ def _contribute(p, slots, lengths, frames: np.ndarray, sel, copies: np.ndarray, 
     count = p.agg_count[mine]
     opened = count == 0
     payloads = frames[rows, PAYLOAD_OFFSET:p.frame_len].view(">u4")
+    if opened.any():  # a new use of the copy: its sequence number, no result from above
+        new = mine[opened]
+        p.agg_seq[new] = frames[rows, _SEQ].view(">u4")[opened, 0]
+        p.agg_final[new] = 0
     if opened.all():
         p.agg_sum[mine] = payloads
     elif not opened.any():

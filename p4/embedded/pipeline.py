@@ -43,7 +43,9 @@ NO_ACTION = "NoAction"
 _MISS = object()
 _ADDR = struct.Struct("!I")
 _CHECKSUM = struct.Struct("!H")
-_FLAGS, _EXP = QAINA_AT["flags"], QAINA_AT["exp"]
+_FLAGS, _EXP, _WORKER = QAINA_AT["flags"], QAINA_AT["exp"], QAINA_AT["worker"]
+#: the worker index of a member tuple for a result from the job's upper aggregator
+UPPER = -2
 
 #: A frame slot is placed at this offset modulo 4 in its buffer so that the payload
 #: words are 4-byte aligned.
@@ -70,7 +72,7 @@ class Pipeline:
     """The switch's data plane state and the per-packet program of ``qaina.p4``."""
 
     TABLES = ("MyIngress.ipv4_lpm", "MyIngress.aggregator_addr", "MyIngress.job_table",
-              "MyIngress.member_table", "MyEgress.result_rewrite")
+              "MyIngress.member_table", "MyIngress.upstream_table", "MyEgress.result_rewrite")
 
     def __init__(self, p4info: P4Info, tx=None, port_tx=None):
         """``tx(port, frame)`` transmits a frame. ``port_tx(port)``, if given, returns
@@ -104,6 +106,7 @@ class Pipeline:
         self._jobs: dict[int, tuple] = {}
         self._members: dict[tuple, tuple] = {}
         self._contributors: dict[int, tuple] = {}
+        self._upstream: dict[int, tuple] = {}
         for table in self.tables.values():
             table.listeners.append(self._rebuild)
             self._rebuild(table)
@@ -129,6 +132,8 @@ class Pipeline:
         self.agg_count = np.zeros(copies, dtype=np.uint8)
         self.agg_exp = np.zeros(copies, dtype=np.int8)
         self.agg_owner = np.zeros(copies, dtype=np.uint16)
+        self.agg_final = np.zeros(copies, dtype=np.uint8)
+        self.agg_seq = np.zeros(copies, dtype=np.uint32)
         #: register arrays by P4Info name, flat, as P4Runtime indexes them
         self.registers = {
             "MyIngress.agg_sum": self.agg_sum.reshape(-1),
@@ -136,6 +141,8 @@ class Pipeline:
             "MyIngress.agg_count": self.agg_count,
             "MyIngress.agg_exp": self.agg_exp.view(np.uint8),
             "MyIngress.agg_owner": self.agg_owner,
+            "MyIngress.agg_final": self.agg_final,
+            "MyIngress.agg_seq": self.agg_seq,
         }
         self._seen = memoryview(self.agg_seen)
         self._count = memoryview(self.agg_count)
@@ -171,6 +178,12 @@ class Pipeline:
             self._members = {(job, ip): params if action == "MyIngress.set_member" else (0, 0)
                              for (job, ip), (action, params) in entries}
             self._contributors = self._contributor_index()
+        elif name == "MyIngress.upstream_table":
+            # (port, addr, mac as bytes, worker); port 0 (or NoAction) means none.
+            self._upstream = {job: (params[0], params[1], params[2].to_bytes(6, "big"), params[3])
+                              for (job,), (action, params) in entries
+                              if action == "MyIngress.set_upstream" and params[0] != 0}
+            self._contributors = self._contributor_index()
         elif name == "MyEgress.result_rewrite":
             self.pre.rewrites = {rid: (params[0].to_bytes(6, "big"), _ADDR.pack(params[1]),
                                        params[2])
@@ -181,12 +194,15 @@ class Pipeline:
         """job_table and member_table joined, keyed by ``job_id << 32 | srcAddr``.
 
         Each value is what the packet path needs of a member of a job whose entry is
-        in range: ``(worker, port, cell, n_workers, first_slot, end_slot, mcast_grp)``.
+        in range: ``(worker, port, cell, n_workers, first_slot, end_slot, mcast_grp,
+        upstream)``.
         ``worker`` is -1 when the member's index is not below ``n_workers`` (no
         packet of it passes the worker check); ``port`` is the ingress port its
         packets must arrive on; ``cell`` is the index of the job's packet count in a
         flat counter view (``2 * job_index``); valid slots are
-        ``first_slot <= slot < end_slot``. Members of jobs out of range are left out.
+        ``first_slot <= slot < end_slot``; ``upstream`` is the job's ``upstream_table``
+        entry (port, address, MAC, worker index there), None where this switch is the
+        job's top aggregator. Members of jobs out of range are left out.
         """
         index = {}
         for (job_id, ip), (worker, port) in self._members.items():
@@ -196,7 +212,8 @@ class Pipeline:
             job_index, n_workers, slot_base, slot_count, mcast_grp = job[:5]
             end = min(slot_base + slot_count, self.pool_slots)
             index[job_id << 32 | ip] = (worker if worker < n_workers else -1, port,
-                                        2 * job_index, n_workers, slot_base, end, mcast_grp)
+                                        2 * job_index, n_workers, slot_base, end, mcast_grp,
+                                        self._upstream.get(job_id))
         return index
 
     @staticmethod
@@ -271,7 +288,12 @@ class Pipeline:
                 or total_len != self.wire.ipv4_len or dport != QAINA_UDP_PORT
                 or udp_len != self.wire.udp_len):
             return Drop.MALFORMED  # MyParser left qaina/payload invalid, or lengths
-        if flags & FLAG_RESULT or ver > 1:
+        if flags & FLAG_RESULT:  # only from the job's upper aggregator, on its port
+            up = self._upstream.get(job_id)
+            if up is None or in_port != up[0] or src != up[1] or ver > 1:
+                return Drop.BAD_FLAGS
+            return self._upper_result(job_id, slot, up)
+        if ver > 1:
             return Drop.BAD_FLAGS
         member = self._contributors.get(job_id << 32 | src)
         if member is None:  # job_table miss, job out of range, or member_table miss
@@ -287,25 +309,48 @@ class Pipeline:
             return Drop.BAD_SLOT
         return member
 
+    def _upper_result(self, job_id: int, slot: int, up: tuple):
+        """The checks of ``job_table`` and the slot for a result from the upper
+        aggregator: a member tuple whose worker is ``UPPER``, or the drop reason."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return Drop.UNKNOWN_JOB
+        if not self._job_in_range(job):
+            return Drop.BAD_JOB
+        job_index, n_workers, slot_base, slot_count, mcast_grp = job[:5]
+        end = min(slot_base + slot_count, self.pool_slots)
+        if not slot_base <= slot < end:
+            return Drop.BAD_SLOT
+        return (UPPER, up[0], 2 * job_index, n_workers, slot_base, end, mcast_grp, up)
+
     def _aggregate(self, buf, payload, length: int, in_port: int, member: tuple, h: tuple):
         """The register part of ``MyIngress.apply`` for an admitted contribution."""
-        worker, _, cell, n_workers, _, _, group = member
+        worker, _, cell, n_workers, _, _, group, up = member
         slot, ver, exp = h[13], h[14], h[15]
         payload = payload[:self.words]
         # qaina.p4 indexes its registers with bit<32> arithmetic: slot + ver * POOL_SLOTS.
         copy, shadow = (slot + self.pool_slots, slot) if ver else (slot, slot + self.pool_slots)
-        mask = 1 << worker
         seen_cells, count_cells, exp_cells, cells = self._seen, self._count, self._exp, self.cells
         seen, count = seen_cells[copy], count_cells[copy]
         if self._owner[copy] != h[10]:  # another job's use: this job's starts afresh
             seen = count = 0
             self._owner[copy] = h[10]
+        if worker == UPPER:
+            self._take_upper_result(buf, payload, length, copy, seen, count, cell, group, h)
+            return
+        mask = 1 << worker
         if seen & mask:
-            if count == 0:  # a retransmission after the result went out: answer it
+            if count != 0:
+                self._drop(Drop.DUPLICATE, length)
+            elif up is not None and not self.agg_final[copy]:
+                # No result from above yet: the sum goes up again (one was lost there).
+                payload[:] = self._rows[copy]
+                buf[_EXP] = exp_cells[copy] & 0xFF
+                buf[_FLAGS] = FLAG_RETX
+                self._partial_to_upstream(buf, up)
+            else:  # a retransmission after the result went out: answer it
                 payload[:] = self._rows[copy]
                 self._result_to_sender(buf, in_port, cell, exp_cells[copy], length)
-            else:
-                self._drop(Drop.DUPLICATE, length)
             return
         # First contribution of this worker to this use of the slot.
         seen_cells[copy] = seen | mask
@@ -316,6 +361,8 @@ class Pipeline:
         if count == 0:
             row[:] = payload
             exp_cells[copy] = exp
+            self.agg_final[copy] = 0
+            self.agg_seq[copy] = h[16]
             _count(cells["MyIngress.slots_opened"], cell, length)
         else:
             np.add(row, payload, row)
@@ -330,9 +377,46 @@ class Pipeline:
             return
         count_cells[copy] = 0
         _count(cells["MyIngress.slots_closed"], cell, length)
-        # result_to_all: the sum leaves from the aggregator's MAC and address.
         payload[:] = row
         buf[_EXP] = exp & 0xFF
+        if up is not None:  # the sum of the workers below goes up
+            buf[_FLAGS] = 0
+            self._partial_to_upstream(buf, up)
+            return
+        self._result_to_all(buf, cell, group)
+
+    def _take_upper_result(self, buf, payload, length: int, copy: int, seen: int, count: int,
+                           cell: int, group: int, h: tuple):
+        """The upper aggregator's result for the use whose sum went up: stored (to
+        answer retransmissions) and sent to every worker below; else STALE_RESULT."""
+        if not (seen and count == 0 and not self.agg_final[copy]
+                and self.agg_seq[copy] == h[16]):
+            self._drop(Drop.STALE_RESULT, length)
+            return
+        self._rows[copy][:] = payload[:self.words]
+        self._exp[copy] = h[15]
+        self.agg_final[copy] = 1
+        self._result_to_all(buf, cell, group)
+
+    def _partial_to_upstream(self, buf, up: tuple):
+        """``partial_to_upstream``: out to the upper aggregator as this switch's
+        contribution."""
+        port, addr, mac, worker = up
+        buf[ETH_SRC] = buf[ETH_DST]
+        buf[ETH_DST] = mac
+        buf[IP_SRC] = buf[IP_DST]
+        _ADDR.pack_into(buf, IP_DST.start, addr)
+        buf[IP_TTL] = RESULT_TTL
+        buf[UDP_CSUM] = b"\0\0"
+        buf[_WORKER] = worker
+        _CHECKSUM.pack_into(buf, IP_CSUM, ipv4_checksum(buf))
+        if self.pre.pending:  # frames leave in the order their packets caused them
+            self.pre.flush()
+        self.tx(port, buf[:self.frame_len])
+
+    def _result_to_all(self, buf, cell: int, group: int):
+        """``result_to_all``: the sum in ``buf`` leaves from the aggregator's MAC and
+        address to the job's multicast group."""
         buf[_FLAGS] = FLAG_RESULT
         buf[ETH_SRC] = buf[ETH_DST]
         buf[IP_SRC] = buf[IP_DST]
