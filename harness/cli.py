@@ -64,6 +64,9 @@ _RUN_OPTIONS = [
                  help="aggregator slots per job (the window)"),
     click.option("--pool-slots", type=int, default=DEFAULTS.pool_slots, show_default=True,
                  help="slots of the switch's pool the jobs share (a smaller switch)"),
+    click.option("--levels", type=click.IntRange(1, 2), default=DEFAULTS.levels,
+                 show_default=True, help="2: every worker's own switch (a leaf) sums the "
+                 "workers below it and sends one partial sum per chunk to the aggregator"),
     click.option("--arrivals", metavar="TIMES|poisson:GAP",
                  help="jobs arrive over time and leave when done: seconds after the start, "
                  "one per job (0,0.5,1), or poisson:GAP (mean gap in s, from --seed); a "

@@ -89,6 +89,7 @@ class RunConfig:
     pool_slots: int = POOL_SLOTS  # slots of the switch's pool the jobs may share
     host_cpu: float | None = None  # cores of CPU time per second each host may use
     arrivals: str | None = None  # "0,0.5,1" (s) or "poisson:GAP": jobs arrive, leave when done
+    levels: int = 1  # 2: the switch each worker hangs off aggregates below the aggregator
 
     # -- io ----------------------------------------------------------------------------
     @classmethod
@@ -184,6 +185,12 @@ class RunConfig:
         if self.host_cpu is not None and not 0.01 <= self.host_cpu <= cores:
             raise ConfigError(f"--host-cpu {self.host_cpu}: cores of CPU time per second, "
                               f"from 0.01 to the machine's {cores}")
+        if self.levels not in (1, 2):
+            raise ConfigError(f"--levels {self.levels}: 1 (one aggregating switch per job) "
+                              "or 2 (the workers' own switches aggregate below it)")
+        if self.levels == 2 and self.mode != "ina":
+            raise ConfigError(f"--levels 2 aggregates in the switches: it needs --mode ina, "
+                              f"not --mode {self.mode}")
         if self.topo == "leafspine" and (self.spines < 1 or self.leaves < 1):
             raise ConfigError("a leaf-spine needs --spines >= 1 and --leaves >= 1")
         if self.mode not in MODES:

@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 from collections import deque
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -27,8 +28,8 @@ from ..p4.header import QAINA_WORDS
 from .control import SwitchConnection
 from .cpulimit import LimitedHost, cgroup_dirs
 from .linkloss import apply_loss, remove_table
-from .jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_int, mac_to_int,
-                   program_aggregator, program_job)
+from .jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, ip_to_int,
+                   mac_to_int, program_aggregator, program_job, release_job)
 from .record import RunRecord
 from .targets import make_target
 
@@ -221,11 +222,51 @@ class Testbed:
             self.conns[sw].insert_many(entries)
 
     # -- jobs --------------------------------------------------------------------------
-    def program_jobs(self, aggregator: str, jobs: list[Job]):
-        conn = self.conns[aggregator]
-        program_aggregator(conn, ip_to_int(aggregator_ip(self.device_ids[aggregator])))
-        for job in jobs:
-            program_job(conn, job)
+    def program_aggregators(self, switches):
+        """The switches answer for their aggregator addresses."""
+        for sw in switches:
+            program_aggregator(self.conns[sw], ip_to_int(aggregator_ip(self.device_ids[sw])))
+
+    def install_job(self, placements: dict[str, Job]):
+        """Install a job on every switch of its ``placements``, the lower ones first."""
+        for sw, job in placements.items():
+            program_job(self.conns[sw], job)
+
+    def remove_job(self, placements: dict[str, Job]):
+        for sw, job in placements.items():
+            release_job(self.conns[sw], job)
+
+    def placements(self, job: Job, top: str, levels: int = 1) -> dict[str, Job]:
+        """The job as each switch that aggregates it holds it, ``top`` (``job``'s
+        switch, whose ports its workers carry) last. With two levels every worker not
+        attached to ``top`` is aggregated first by the switch it is attached to, which
+        sends one sum per chunk up to ``top`` as a worker of ``top``'s job."""
+        if levels == 1:
+            return {top: job}
+        below: dict[str, list[Worker]] = {}
+        for w in job.workers:
+            below.setdefault(self.attached(w.host), []).append(w)
+        direct = below.pop(top, [])
+        members = [Worker(k, w.ip, w.mac, w.port, w.host) for k, w in enumerate(direct)]
+        out = {}
+        top_id = self.device_ids[top]
+        to_top = self.next_hops(top)
+        for sw, workers in sorted(below.items()):
+            index = len(members)
+            dev = self.device_ids[sw]
+            members.append(Worker(index, ip_to_int(aggregator_ip(dev)),
+                                  mac_to_int(aggregator_mac(dev)), self.next_hops(sw)[top], sw))
+            hops = {w.host: self.next_hops(w.host)[sw] for w in workers}
+            out[sw] = replace(job, workers=[Worker(k, w.ip, w.mac, hops[w.host], w.host)
+                                            for k, w in enumerate(workers)],
+                              upstream=Upstream(to_top[sw], ip_to_int(aggregator_ip(top_id)),
+                                                mac_to_int(aggregator_mac(top_id)), index))
+        out[top] = replace(job, workers=members)
+        return out
+
+    def attached(self, host: str) -> str:
+        """The switch ``host`` is linked to."""
+        return next(nb for nb, _ in self._neighbours()[host] if nb in self.conns)
 
     def worker(self, index: int, host: str, aggregator: str) -> Worker:
         h = self.net.get(host)

@@ -32,7 +32,7 @@ from .config import ConfigError, RunConfig
 from .cpulimit import limit_problem
 from .cpustat import CpuLedger
 from .arrivals import Admission, SlotPool, arrival_offsets
-from .jobs import Job, aggregator_ip, int_to_ip, partition_slots, program_job, release_job
+from .jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
@@ -282,9 +282,12 @@ class Run:
                                  cfg.slots, workers))
         if cfg.mode == "ps":
             self.servers = topo.server_hosts(cfg.jobs, cfg.workers)
-        if cfg.mode == "ina":
-            self.testbed.program_jobs(agg, self.jobs if self.offsets is None else [])
         self.aggregator = agg
+        if cfg.mode == "ina":
+            self.testbed.program_aggregators(sorted({sw for job in self.jobs
+                                                     for sw in self._placements(job)}))
+            for job in self.jobs if self.offsets is None else []:
+                self.testbed.install_job(self._placements(job))
         self.events["programmed"] = time.time()
         for job in self.jobs:
             slots = (f"slots {job.slot_base}..{job.slot_base + job.slot_count - 1}"
@@ -296,26 +299,45 @@ class Run:
                      if self.servers else ""}[cfg.mode]
             self.echo(f"  job {job.job_id}: {job.fmt.describe()}, {where}, "
                       f"hosts {', '.join(w.host for w in job.workers)}")
+            lower = [f"{sw} ({', '.join(w.host for w in j.workers)})"
+                     for sw, j in self._placements(job).items() if j.upstream is not None]
+            if cfg.mode == "ina" and lower:
+                self.echo(f"    two levels: {'; '.join(lower)} sum below {agg}")
+
+    def _placements(self, job: Job) -> dict:
+        """Switch -> the job as that switch holds it (``Testbed.placements``)."""
+        return self.testbed.placements(job, self.aggregator, self.cfg.levels)
+
+    def _senders(self, job: Job) -> dict[str, tuple[str, int]]:
+        """Host -> (the switch it sends to, its worker index there)."""
+        if self.cfg.mode != "ina":
+            return {w.host: (self.aggregator, w.index) for w in job.workers}
+        return {w.host: (sw, w.index) for sw, j in self._placements(job).items()
+                for w in j.workers if w.host not in self.testbed.conns}
 
     def _launch_agents(self):
         cfg = self.cfg
         kernels.warm()  # compiled once here: the agents then load them from the cache
-        agg_ip = aggregator_ip(self.testbed.device_ids[self.aggregator])
+        ids = self.testbed.device_ids
         go = self.writer.dir / "agents" / "go"
         self._launch_servers()
         # With --arrivals each job has a start file of its own, written at its admission.
         self.start_files = {job.job_id: go if self.offsets is None else
                             go.with_name(f"go-j{job.job_id}") for job in self.jobs}
         for job in self.jobs:
+            senders = self._senders(job)
             for w in job.workers:
                 host = w.host
+                switch, wire_worker = senders[host]
                 name = f"j{job.job_id}w{w.index}"
                 acfg = AgentConfig(job_id=job.job_id, worker=w.index, workers=cfg.workers,
                                    bits=job.fmt.bits, trace=str(self.trace_path or ""),
                                    train=cfg.train, model=cfg.model, lr=cfg.lr,
                                    batch_size=cfg.batch_size, hidden=list(cfg.hidden),
                                    width=cfg.width, eval_every=cfg.eval_every,
-                                   iterations=cfg.iterations, aggregator=agg_ip,
+                                   iterations=cfg.iterations,
+                                   aggregator=aggregator_ip(ids[switch]),
+                                   wire_worker=wire_worker,
                                    slot_base=job.slot_base, slots=job.slot_count,
                                    output=str(self.writer.dir / "agents" / f"{name}.jsonl"),
                                    seed=cfg.seed, headroom=cfg.headroom,
@@ -377,7 +399,7 @@ class Run:
         job = self.jobs[index]
         job.slot_base = base
         if self.cfg.mode == "ina":
-            program_job(self.testbed.conns[self.aggregator], job)
+            self.testbed.install_job(self._placements(job))
         start = self.start_files[job.job_id]
         partial = start.with_suffix(".partial")
         partial.write_text(json.dumps({"slot_base": base}))
@@ -385,7 +407,7 @@ class Run:
 
     def _release(self, index: int):
         if self.cfg.mode == "ina":
-            release_job(self.testbed.conns[self.aggregator], self.jobs[index])
+            self.testbed.remove_job(self._placements(self.jobs[index]))
 
     def _admit_and_release(self):
         """--arrivals: jobs whose agents all ended leave, arrived jobs are admitted."""

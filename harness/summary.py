@@ -189,6 +189,19 @@ def validity(rows: list[dict], jobs: list[dict], cpu: dict | None) -> dict:
     return out
 
 
+def tier_bytes(links: dict, peers: dict) -> dict:
+    """Bytes that crossed the links between hosts and switches and the links between
+    switches, both directions, from ``link_summary`` and the interfaces' far ends."""
+    switches = {name.rsplit("-", 1)[0] for name in peers}
+    out = {"host_links": 0, "switch_links": 0}
+    for name, b in links.items():
+        if peers.get(name) in switches:  # both ends are counted: take what each sent
+            out["switch_links"] += b["bytes_sent"]
+        elif name in peers:
+            out["host_links"] += b["bytes_sent"] + b["bytes_recv"]
+    return out
+
+
 def link_summary(samples: list[dict]) -> dict:
     """Wire bytes per switch interface over the run (first to last sample)."""
     first, last = {}, {}
@@ -254,6 +267,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "quantizer": "signmean" if cfg.job_bits() == [1] * cfg.jobs else cfg.quantizer,
         "error_feedback": cfg.error_feedback,
         "mode": cfg.mode,
+        "levels": cfg.levels,
         "payload_words": cfg.payload_words,
         "packed": cfg.pack,
         "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},
@@ -265,6 +279,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "events": meta["events"],
         "jobs": jobs,
         "link_bytes": link_summary(link_samples),
+        "tier_bytes": tier_bytes(link_summary(link_samples), meta.get("interfaces") or {}),
         "interfaces": meta.get("interfaces"),  # switch interface -> node at its far end
         "processes": meta.get("processes"),  # what the run started: component, job
         "slot_sampling": meta.get("slot_sampling"),

@@ -87,6 +87,7 @@ class AgentConfig:
     rto_min: float = 0.1  # scheduling stalls of tens of ms are normal on a shared 2-core box
     rto_max: float = 1.0
     stall_timeout: float = 30.0
+    wire_worker: int | None = None  # index in its packets if not ``worker`` (two levels)
     start_file: str | None = None  # start once this file exists; it may hold {"slot_base": N}
     start_timeout: float = 120.0
     record_levels: bool = False  # keep own levels and received sums (for verification)
@@ -197,7 +198,8 @@ class Agent:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         self.sock.bind(("0.0.0.0", cfg.port))
         self.sock.setblocking(False)
-        self.stream = SlotStream(self.sock, (cfg.aggregator, cfg.port), cfg.job_id, cfg.worker,
+        index = cfg.worker if cfg.wire_worker is None else cfg.wire_worker
+        self.stream = SlotStream(self.sock, (cfg.aggregator, cfg.port), cfg.job_id, index,
                                  cfg.slot_base, cfg.slots, cfg.rto_min, cfg.rto_max,
                                  cfg.stall_timeout, cfg.payload_words)
         self.out = open(cfg.output, "w", buffering=1)

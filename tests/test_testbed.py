@@ -111,6 +111,35 @@ def test_a_job_arriving_at_a_full_pool_waits_and_reuses_a_left_jobs_slots_exactl
         assert job["iterations_done"] == 2 and job["arrival_s"] == 0
 
 
+def test_two_levels_on_lossy_links_stay_exact(tmp_path, target):
+    """Leaves sum their workers, the spine sums the leaves: every chunk exact although
+    contributions, partial sums and results are lost on the way."""
+    summary, directory = execute(tmp_path, target=target, topo="leafspine", jobs=2,
+                                 workers=4, bits=[4, 8], iterations=2, levels=2, loss=3,
+                                 slots=16, seed=3)
+    assert summary["complete"], summary["errors"]
+    assert summary["levels"] == 2
+    check_exact_aggregates(directory, summary)
+    assert sum(j["retransmissions"] for j in summary["jobs"]) > 0  # losses were recovered
+    logs = (directory / "logs" / "p4runtime-lf1.log").read_text()
+    assert "upstream_table" in logs or "33554440" in logs  # lf1 aggregates below sp1
+
+
+def test_two_levels_halve_the_bytes_between_leaves_and_spine(tmp_path):
+    """Two workers of each job under each leaf: one sum per leaf and chunk crosses a
+    leaf-spine link instead of two contributions (and one result instead of two)."""
+    crossed = {}
+    for levels in (1, 2):
+        summary, directory = execute(tmp_path / str(levels), topo="leafspine", jobs=1,
+                                     workers=4, bits=[4], iterations=2, levels=levels, bw=8)
+        assert summary["complete"], summary["errors"]
+        check_exact_aggregates(directory, summary)
+        tiers = summary["tier_bytes"]
+        crossed[levels] = tiers["switch_links"] / tiers["host_links"]
+    # One level: every contribution and result crosses a host link and a leaf-spine link.
+    assert 0.85 < crossed[1] < 1.15 and 0.4 < crossed[2] < 0.6, crossed
+
+
 def test_dumbbell_aggregates_across_the_bottleneck_and_reruns_from_its_config(tmp_path, target):
     summary, directory = execute(tmp_path, target=target, topo="dumbbell", jobs=1, workers=4,
                                  bits=[1], iterations=2)

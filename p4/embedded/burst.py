@@ -98,7 +98,7 @@ def apply_window(p, in_port: int, slots, lengths, frames: np.ndarray) -> bool:
     if found is None:
         return False
     member, slot_ids = found
-    worker, n_workers = member[0], member[3]
+    worker = member[0]
     k = len(lengths)
     copies = slot_ids + frames[:k, _VER].astype(np.intp) * p.pool_slots
     job_id = int(frames[0, _JOB].view(">u2")[0])
