@@ -454,3 +454,57 @@ def test_closed_loop_training_learns_from_the_aggregates(tmp_path):
     rows = list(csv.DictReader(open(directory / "iterations.csv")))
     assert all(r["train_loss"] for r in rows)
     assert {r["worker"] for r in rows if r["test_accuracy"]} == {"0"}
+
+
+def test_leafspine_ports_admit_the_sources_their_routes_bring(tmp_path):
+    """On a leaf-spine (h1, h3 on lf1; h2, h4 on lf2; sp1 aggregates), every switch port
+    is guarded: a host port admits its host, a spine's port towards a leaf the hosts
+    below that leaf, a leaf's uplinks the hosts below the other leaf between them,
+    and only a leaf's uplink to sp1 admits sp1's results."""
+    from qaina_bench.harness.jobs import Job, ip_to_int
+    from qaina_bench.harness.network import Testbed
+    from qaina_bench.harness.record import RunRecord
+    from qaina_bench.topologies.leafspine import LeafSpineTopo
+    bed = Testbed(LeafSpineTopo(hosts=4, spines=2, leaves=2), "embedded", tmp_path,
+                  RunRecord("srcval-leafspine", tmp_path))
+    try:
+        bed.start()
+        hosts = ["h1", "h2", "h3", "h4"]
+        bed.program_jobs("sp1", [Job(1, 0, LaneFormat(4, 4), 0, 8,
+                                     [bed.worker(k, h, "sp1") for k, h in enumerate(hosts)])])
+        ip = {h: ip_to_int(bed.host(h).IP()) for h in hosts}
+        agg = ip_to_int(aggregator_ip(bed.device_ids["sp1"]))
+
+        def port(sw, peer):
+            a, b = bed.net.get(sw), bed.net.get(peer)
+            return a.ports[a.connectionsTo(b)[0][0]]
+
+        def admitted(sw):
+            """port -> {source: results} of the switch's source_guard."""
+            out = {}
+            for e in bed.conns[sw].read_table("MyIngress.source_guard"):
+                key = [int.from_bytes(m.exact.value, "big") for m in e.match]
+                results = int.from_bytes(e.action.action.params[0].value, "big")
+                out.setdefault(key[0], {})[key[1]] = results
+            return out
+
+        below = {"lf1": ["h1", "h3"], "lf2": ["h2", "h4"]}
+        for sw in ("sp1", "sp2", "lf1", "lf2"):
+            guarded = {int.from_bytes(e.match[0].exact.value, "big")
+                       for e in bed.conns[sw].read_table("MyIngress.port_guard")}
+            node = bed.net.get(sw)
+            assert guarded == {node.ports[i] for i in node.intfList() if i.name != "lo"}
+        for leaf, other in (("lf1", "lf2"), ("lf2", "lf1")):
+            got = admitted(leaf)
+            for h in below[leaf]:
+                assert got[port(leaf, h)] == {ip[h]: 0}
+            up1, up2 = got.get(port(leaf, "sp1"), {}), got.get(port(leaf, "sp2"), {})
+            assert up1.pop(agg) == 1 and agg not in up2
+            assert set(up1) | set(up2) == {ip[h] for h in below[other]}
+            assert not any(up1.values()) and not any(up2.values())
+            for spine in ("sp1", "sp2"):
+                assert set(admitted(spine).get(port(spine, leaf), {})) <= {
+                    ip[h] for h in below[leaf]}
+            assert set(admitted("sp1")[port("sp1", leaf)]) == {ip[h] for h in below[leaf]}
+    finally:
+        bed.stop()
