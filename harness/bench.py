@@ -33,7 +33,7 @@ from ..p4.embedded.ports import Port
 from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
 from .control import SwitchConnection
 from .jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_int, program_aggregator,
-                   program_job, program_route)
+                   program_guard, program_job, program_route)
 from .targets import make_target
 
 AGG_IP = ip_to_int(aggregator_ip(1))
@@ -130,8 +130,9 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
                   [Worker(k, 0x0A000001 + k, 0x020000000001 + k, k + 1) for k in range(WORKERS)])
         program_aggregator(conn, AGG_IP)
         program_job(conn, job)
-        for w in job.workers:
+        for w in job.workers:  # routed and guarded as in a run: each port admits its host
             program_route(conn, w.ip, 32, w.port)
+            program_guard(conn, w.port, [w.ip])
         frames = _frames(job, BENCH_SLOTS, words)
         senders = [Port(k + 1, host, receive=False) for k, (_, host) in enumerate(veths.names)]
         socks.extend(senders)

@@ -140,6 +140,37 @@ def job_entries(job: Job) -> list[tuple]:
     return entries
 
 
+def guard_entries(port: int, sources) -> list[tuple]:
+    """Entries that make ``port`` a guarded port admitting the addresses ``sources``
+    only (``port_guard``, ``source_guard``); for ``SwitchConnection.insert_many``."""
+    entries = [("MyIngress.port_guard", {"standard_metadata.ingress_port": port},
+                "MyIngress.guard_port", {})]
+    return entries + [source_entry(port, ip) for ip in sorted(set(sources))]
+
+
+def source_entry(port: int, address: int) -> tuple:
+    """The entry that admits packets from ``address`` on ``port``, but no results."""
+    return ("MyIngress.source_guard",
+            {"standard_metadata.ingress_port": port, "hdr.ipv4.srcAddr": address},
+            "MyIngress.allow_source", {"results": 0})
+
+
+def result_entry(port: int, aggregator: int) -> tuple:
+    """The entry that admits results of the aggregator at address ``aggregator`` on
+    ``port`` (a port with that aggregator upstream)."""
+    return ("MyIngress.source_guard",
+            {"standard_metadata.ingress_port": port, "hdr.ipv4.srcAddr": aggregator},
+            "MyIngress.allow_source", {"results": 1})
+
+
+def program_guard(conn, port: int, sources, results_from=()):
+    """``conn``'s switch admits on ``port`` only packets from ``sources``, and results
+    only from the aggregator addresses ``results_from``."""
+    results_from = set(results_from)
+    conn.insert_many(guard_entries(port, set(sources) - results_from)
+                     + [result_entry(port, agg) for agg in sorted(results_from)])
+
+
 def program_route(conn, prefix: int, prefix_len: int, port: int):
     conn.insert("MyIngress.ipv4_lpm", {"hdr.ipv4.dstAddr": (prefix, prefix_len)},
                 "MyIngress.forward", {"port": port})

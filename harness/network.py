@@ -3,7 +3,8 @@
 ``QainaSwitch`` is a Mininet switch whose data plane is ``qaina.p4`` on a target
 (embedded or BMv2). ``Testbed`` builds a topology, starts it, connects to every
 switch over P4Runtime, installs the pipeline and the routes (shortest paths, one /32
-per host and per aggregator address), and programs jobs on the aggregating switch.
+per host and per aggregator address) and the source address validation of every
+port, and programs jobs on the aggregating switch.
 With ``host_cpu``, every host is CPU-limited (``harness/cpulimit.py``).
 """
 
@@ -28,8 +29,9 @@ from ..p4.header import QAINA_WORDS
 from .control import SwitchConnection
 from .cpulimit import LimitedHost, cgroup_dirs
 from .linkloss import apply_loss, remove_table
-from .jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, ip_to_int,
-                   mac_to_int, program_aggregator, program_job, release_job)
+from .jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, guard_entries,
+                   ip_to_int, mac_to_int, program_aggregator, program_job, release_job,
+                   result_entry, source_entry)
 from .record import RunRecord
 from .targets import make_target
 
@@ -126,6 +128,8 @@ class Testbed:
         self.net: Mininet | None = None
         self.conns: dict[str, SwitchConnection] = {}
         self.device_ids: dict[str, int] = {}
+        self._hops: dict[str, dict[str, int]] = {}
+        self._results_in: set[tuple[str, int, int]] = set()  # (switch, port, aggregator)
         self.mininet_log: MininetLog | None = None
 
     # -- bring-up ----------------------------------------------------------------------
@@ -165,6 +169,7 @@ class Testbed:
                 h.setARP(aggregator_ip(sw.device_id), aggregator_mac(sw.device_id))
         self._connect(ready_timeout)
         self._install_routes()
+        self._install_source_guards()
 
     def _connect(self, timeout: float):
         for sw in self.net.switches:
@@ -205,6 +210,66 @@ class Testbed:
                     break
         return hops
 
+    def hops(self, target: str) -> dict[str, int]:
+        """``next_hops(target)``, computed once: the routes the switches hold."""
+        if target not in self._hops:
+            self._hops[target] = self.next_hops(target)
+        return self._hops[target]
+
+    def _links(self) -> dict[tuple[str, int], tuple[str, int]]:
+        """(node, port) -> (node, port) at the other end of the link."""
+        ends = {}
+        for link in self.net.links:
+            a, b = link.intf1, link.intf2
+            ends[(a.node.name, a.node.ports[a])] = (b.node.name, b.node.ports[b])
+            ends[(b.node.name, b.node.ports[b])] = (a.node.name, a.node.ports[a])
+        return ends
+
+    def arrivals(self, node: str, port: int, target: str, links=None) -> list[tuple[str, int]]:
+        """Where a packet for node ``target`` that leaves node ``node`` through its port
+        ``port`` enters switches on the installed routes: (switch, ingress port), in
+        the order it crosses them."""
+        links = links or self._links()
+        hops = self.hops(target)
+        out = []
+        while len(out) <= len(self.conns):
+            node, port = links[(node, port)]
+            if node not in self.conns:  # a host: delivered
+                break
+            out.append((node, port))
+            port = hops.get(node)
+            if port is None:  # no route on: the target switch, or no_route
+                break
+        return out
+
+    def host_sources(self) -> dict[str, dict[int, set[int]]]:
+        """For every switch and port, the host addresses whose packets arrive there on
+        the installed routes (to any host or aggregator address). A port facing a
+        host gets that host's address; a port between switches the addresses of the
+        hosts whose traffic the routes lead through it."""
+        links, adj = self._links(), self._neighbours()
+        targets = [h.name for h in self.net.hosts] + list(self.conns)
+        sources: dict[str, dict[int, set[int]]] = {sw: {} for sw in self.conns}
+        for h in self.net.hosts:
+            address = ip_to_int(h.IP())
+            for _, port in adj[h.name]:
+                for target in targets:
+                    if target == h.name:
+                        continue
+                    for sw, in_port in self.arrivals(h.name, port, target, links):
+                        sources[sw].setdefault(in_port, set()).add(address)
+        return sources
+
+    def _install_source_guards(self):
+        """Every port of every switch is guarded: it admits the sources of
+        ``host_sources`` only (an aggregator's results are admitted by ``install_job``)."""
+        sources, adj = self.host_sources(), self._neighbours()
+        for sw, conn in self.conns.items():
+            entries = []
+            for _, port in adj[sw]:
+                entries += guard_entries(port, sources[sw].get(port, ()))
+            conn.insert_many(entries)
+
     def _install_routes(self):
         routes: dict[str, list] = {sw: [] for sw in self.conns}
         for h in self.net.hosts:
@@ -228,9 +293,16 @@ class Testbed:
             program_aggregator(self.conns[sw], ip_to_int(aggregator_ip(self.device_ids[sw])))
 
     def install_job(self, placements: dict[str, Job]):
-        """Install a job on every switch of its ``placements``, the lower ones first."""
+        """Install a job on every switch of its ``placements``, the lower ones first,
+        and admit what its aggregators send: results on their way down, sums on their
+        way up."""
         for sw, job in placements.items():
             program_job(self.conns[sw], job)
+            address = ip_to_int(aggregator_ip(self.device_ids[sw]))
+            self._allow_results(sw, address, [job])
+            if job.upstream is not None:
+                top = next(s for s, j in placements.items() if j.upstream is None)
+                self._admit(sw, address, job.upstream.port, top, entry=source_entry)
 
     def remove_job(self, placements: dict[str, Job]):
         for sw, job in placements.items():
@@ -267,6 +339,25 @@ class Testbed:
     def attached(self, host: str) -> str:
         """The switch ``host`` is linked to."""
         return next(nb for nb, _ in self._neighbours()[host] if nb in self.conns)
+
+    def _allow_results(self, aggregator: str, address: int, jobs: list[Job]):
+        """Every switch port that the aggregator's results (multicast and answers to
+        retransmissions, both leave through the worker's port) enter on their way to a
+        worker admits results from the aggregator's address."""
+        for job in jobs:
+            for w in job.workers:
+                self._admit(aggregator, address, w.port, w.host)
+
+    def _admit(self, sender: str, address: int, port: int, target: str, entry=result_entry):
+        """Every switch port a packet from ``sender`` (at ``address``) leaving through
+        its ``port`` for node ``target`` enters admits it (``entry``: as results, or
+        as a source only), once."""
+        new = sorted({(sw, in_port, address)
+                      for sw, in_port in self.arrivals(sender, port, target)}
+                     - self._results_in)
+        for sw, conn in self.conns.items():
+            conn.insert_many([entry(p, a) for s, p, a in new if s == sw])
+        self._results_in.update(new)
 
     def worker(self, index: int, host: str, aggregator: str) -> Worker:
         h = self.net.get(host)

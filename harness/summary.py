@@ -145,9 +145,23 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
 MIN_SLOT_SAMPLES = 20
 
 
-def validity(rows: list[dict], jobs: list[dict], cpu: dict | None) -> dict:
+#: drop reasons that mean a host sent what it may not: source validation
+FORGERY_DROPS = ("spoofed_source", "forged_result")
+
+
+def drop_summary(samples: list[dict]) -> dict[str, dict[str, int]]:
+    """Per switch, its packets dropped by reason over the run (the last sample)."""
+    out: dict[str, dict[str, int]] = {}
+    for s in samples:
+        out.setdefault(s["switch"], {})[s["reason"]] = int(s["drops"])
+    return {sw: dict(sorted(reasons.items())) for sw, reasons in sorted(out.items())}
+
+
+def validity(rows: list[dict], jobs: list[dict], cpu: dict | None,
+             drops: dict[str, dict[str, int]] | None = None) -> dict:
     """What may make the run's figures untrustworthy, with a warning for each that
-    applies: packets the agents refused, retransmissions, clipped values, and jobs
+    applies: packets the agents refused, packets the switches' source validation
+    dropped (``drops``: ``drop_summary``), retransmissions, clipped values, and jobs
     that were not network-bound (their ``fidelity``; ``cpu``: busy shares the
     sampler kept, whose saturation is the warning of runs without a verdict)."""
     sent = sum(r["packets_sent"] or 0 for r in rows)
@@ -156,6 +170,8 @@ def validity(rows: list[dict], jobs: list[dict], cpu: dict | None) -> dict:
     clipped = sum(r["clipped"] or 0 for r in rows)
     out = {
         "refused_packets": sum(j.get("refused", 0) for j in jobs),
+        "forged_packets": {reason: sum(d.get(reason, 0) for d in (drops or {}).values())
+                           for reason in FORGERY_DROPS},
         "retransmission_share": retx / sent if sent else 0.0,
         "clipped_share": clipped / values if values else 0.0,
         "cpu": cpu,
@@ -165,6 +181,11 @@ def validity(rows: list[dict], jobs: list[dict], cpu: dict | None) -> dict:
     if out["refused_packets"]:
         warn.append(f"agents refused {out['refused_packets']} datagrams that were not results "
                     "of their aggregator: something else sent to the workers' port")
+    for reason, n in out["forged_packets"].items():
+        if n:
+            where = ", ".join(sw for sw, d in drops.items() if d.get(reason))
+            warn.append(f"the switches dropped {n} packets as {reason} ({where}): a host "
+                        "sent with an address or as an aggregator it is not")
     if out["retransmission_share"] > 0.01:
         warn.append(f"{100 * out['retransmission_share']:.1f}% of the packets were "
                     "retransmissions: timings include loss recovery")
@@ -235,6 +256,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
     for row in series:
         by_kind.setdefault(row["kind"], []).append(row)
     slot_samples = by_kind.get("slots", [])
+    drops = drop_summary(by_kind.get("drops", []))
     link_samples = by_kind.get("link", [])
     first_send = min((r["start"] for a in agents for r in a["records"]
                       if r.get("type") in ("warmup", "iteration")), default=None)
@@ -288,7 +310,8 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
                      "jobs": {str(j["job_id"]): j["fidelity"]["verdict"] for j in jobs}},
         "cpu_cost": cpu_cost(meta.get("cpu_time"),
                              sum(j.get("elements_aggregated", 0) for j in jobs)),
-        "validity": validity(rows, jobs, meta.get("cpu")),
+        "drops": drops,
+        "validity": validity(rows, jobs, meta.get("cpu"), drops),
         "software": software_versions(),
         "config": config,
         "written": time.time(),

@@ -33,6 +33,8 @@ class Drop(IntEnum):
     DUPLICATE = 8  # contribution already counted, slot still pending
     BAD_JOB = 9  # job entry out of range: job_index >= MAX_JOBS or n_workers > MAX_WORKERS
     WRONG_PORT = 10  # a member's address on another ingress port than the member's
+    SPOOFED_SOURCE = 11  # a source address the guarded ingress port does not admit
+    FORGED_RESULT = 12  # a RESULT on a port where no aggregator lies upstream of its source
     STALE_RESULT = 13  # two levels: an upper aggregator's result no slot copy waits for
     INTERNAL = 15  # embedded switch only: processing the packet failed (a bug; logged)
 

@@ -11,6 +11,11 @@
  * answered with the stored result (SwitchML's shadow-copy scheme, see p4/README.md).
  * All other IPv4 traffic is routed by ipv4_lpm.
  *
+ * Before either, every IPv4 packet passes source address validation: a port the
+ * control plane guards (port_guard) admits only the source addresses it listed for
+ * it (source_guard), and a RESULT is routed only from a source on a port where the
+ * control plane declared that aggregator upstream (allow_source(results = 1)).
+ *
  * The P4Info of this program is kept next to it as qaina.p4info.txtpb; every table,
  * action, counter and register carries an @id so that P4Info is exactly what p4c emits.
  *
@@ -50,6 +55,8 @@ const bit<32> DROP_BAD_SLOT = 7;        /* slot outside the job's range or the p
 const bit<32> DROP_DUPLICATE = 8;       /* contribution already counted, slot pending */
 const bit<32> DROP_BAD_JOB = 9;         /* job entry out of range: job_index, n_workers */
 const bit<32> DROP_WRONG_PORT = 10;     /* member's address on another ingress port   */
+const bit<32> DROP_SPOOFED_SOURCE = 11; /* source address not allowed on a guarded port */
+const bit<32> DROP_FORGED_RESULT = 12;  /* RESULT where no aggregator lies upstream    */
 const bit<32> DROP_STALE_RESULT = 13;   /* upstream result no copy is waiting for     */
 @noWarn("unused")
 const bit<32> DROP_INTERNAL = 15;       /* embedded switch only: processing failed    */
@@ -128,6 +135,7 @@ struct metadata_t {
     bit<8>  member_worker;  /* worker index of the source address                   */
     port_t  member_port;    /* the port the member's packets arrive on              */
     bit<1>  is_result;      /* leaves as an aggregation result (counted at egress)  */
+    bit<1>  results_in;     /* RESULTs from this source may enter on this port      */
     port_t  up_port;        /* two levels: the port to the job's upper aggregator   */
     ip4_t   up_addr;        /* ... its address and MAC,                              */
     mac_t   up_mac;
@@ -236,6 +244,12 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
         meta.member_port = port;
     }
 
+    @id(7) action guard_port() { }
+
+    @id(8) action allow_source(bit<1> results) {
+        meta.results_in = results;
+    }
+
     @id(9) action set_upstream(port_t port, ip4_t addr, mac_t mac, bit<8> worker) {
         meta.up_port = port;
         meta.up_addr = addr;
@@ -273,6 +287,26 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
         actions = { set_member; NoAction; }
         default_action = NoAction();
         size = 512;
+    }
+
+    /* Source address validation: the ports whose sources are checked ... */
+    @id(6) table port_guard {
+        key = { standard_metadata.ingress_port: exact; }
+        actions = { guard_port; NoAction; }
+        default_action = NoAction();
+        size = 512;
+    }
+
+    /* ... and the sources each port admits; results = 1 where the source is an
+       aggregator upstream of the port, whose results may come in through it. */
+    @id(7) table source_guard {
+        key = {
+            standard_metadata.ingress_port: exact;
+            hdr.ipv4.srcAddr: exact;
+        }
+        actions = { allow_source; NoAction; }
+        default_action = NoAction();
+        size = 4096;
     }
 
     /* Two-level aggregation: a job with an entry here is aggregated on this switch
@@ -329,7 +363,21 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
             drop_for(DROP_NOT_IPV4);
             return;
         }
+        /* Any entry admits the source (NoAction too, with results_in left at 0). */
+        if (!source_guard.apply().hit) {
+            if (port_guard.apply().hit) {
+                drop_for(DROP_SPOOFED_SOURCE);
+                return;
+            }
+        }
         if (!aggregator_addr.apply().hit) {
+            /* Only an aggregator's replication makes a result: one arriving where the
+               control plane declared no aggregator upstream is forged. */
+            if (hdr.qaina.isValid() && (hdr.qaina.flags & FLAG_RESULT) != 0
+                    && meta.results_in == 0) {
+                drop_for(DROP_FORGED_RESULT);
+                return;
+            }
             ipv4_lpm.apply();
             return;
         }

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from qaina_bench.harness import bench
-from qaina_bench.harness.jobs import Job, Worker, program_aggregator, program_job, program_route
+from qaina_bench.harness.jobs import (Job, Worker, program_aggregator, program_guard, program_job,
+                                      program_route)
+from qaina_bench.p4.constants import Drop
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.p4.embedded import pipeline as pl
 from qaina_bench.p4.header import QAINA_OFFSET
@@ -50,8 +52,9 @@ def make_pipeline(job, out):
     conn = Direct(p)
     program_aggregator(conn, bench.AGG_IP)
     program_job(conn, job)
-    for w in job.workers:
+    for w in job.workers:  # as in a run: each port admits its worker's address only
         program_route(conn, w.ip, 32, w.port)
+        program_guard(conn, w.port, [w.ip])
     return p
 
 
@@ -74,6 +77,11 @@ def test_burst_paths_match_the_per_packet_path(bits, faults, monkeypatch):
             w, f = frames[k]
             extra = rng.choice([f, junk, f[:26] + b"\x0a\x00\x00\x63" + f[30:]])
             frames.insert(k + 1, (w, extra))
+        for _ in range(6):  # runs of another worker's contributions from this port
+            k = rng.randrange(len(frames))
+            w = frames[k][0]
+            other = [f for v, f in frames if v == (w + 1) % 4][:8]
+            frames[k + 1:k + 1] = [(w, f) for f in other]
     fast_bursts = []
     original = pl.apply_window
 
@@ -112,4 +120,5 @@ def test_burst_paths_match_the_per_packet_path(bits, faults, monkeypatch):
     for name in ref.counters:
         assert np.array_equal(ref.counters[name], new.counters[name]), name
     assert ref.counters["MyIngress.slots_closed"][0, 0] > 0
+    assert (ref.counters["MyIngress.drops"][Drop.SPOOFED_SOURCE, 0] > 0) == faults
 

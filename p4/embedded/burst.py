@@ -71,7 +71,7 @@ def window_member(p, in_port: int, slots, lengths, frames: np.ndarray):
         return None
     # What holds for the first frame holds for all of them; slots are checked below.
     h = HEADERS.unpack_from(slots[0][0], ETH_TYPE)
-    if h[0] != ETHERTYPE_IPV4 or h[7] not in p.aggregator:
+    if h[0] != ETHERTYPE_IPV4 or p.source(in_port, h[6]) is None or h[7] not in p.aggregator:
         return None
     member = p.check(in_port, h)
     if isinstance(member, int) or member[7] is not None:  # a drop reason; two levels

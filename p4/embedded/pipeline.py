@@ -9,7 +9,8 @@ registers and counters (numpy arrays), multicast groups (``replication``).
 Read it next to ``qaina.p4``:
 
 * ``MyParser``: ``parser.HEADERS`` and the first checks of ``_process_frames``;
-* ``MyIngress.apply``: ``_process_frames`` (not IPv4, ``ipv4_lpm`` via ``_forward``),
+* ``MyIngress.apply``: ``_process_frames`` (not IPv4, ``source`` for
+  ``source_guard`` and ``port_guard``, forged results, ``ipv4_lpm`` via ``_forward``),
   ``check`` (the aggregation checks, in the program's order, each drop reason
   where the program has it), ``_aggregate`` (the register updates, result to all or
   answer to the sender);
@@ -29,8 +30,9 @@ import numpy as np
 
 from ..constants import MAX_JOBS, MAX_WORKERS, RESULT_TTL, Drop
 from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_RESULT, FLAG_RETX, IP_CSUM, IP_DST,
-                      IP_SRC, IP_TTL, PAYLOAD_OFFSET, PAYLOAD_WORDS, QAINA_AT, QAINA_UDP_PORT,
-                      UDP_CSUM, ipv4_checksum, wire)
+                      IP_FLAGS_FRAG, IP_PROTO, IP_SRC, IP_TTL, IP_VIHL, PAYLOAD_OFFSET,
+                      PAYLOAD_WORDS, QAINA_AT, QAINA_UDP_PORT, UDP_CSUM, UDP_DPORT,
+                      ipv4_checksum, wire)
 from ..p4info import P4Info
 from .burst import BURST_MIN, apply_window
 from .parser import ETHERTYPE_IPV4, FRAGMENT, HEADERS, IP_PROTO_UDP
@@ -43,6 +45,7 @@ NO_ACTION = "NoAction"
 _MISS = object()
 _ADDR = struct.Struct("!I")
 _CHECKSUM = struct.Struct("!H")
+_SHORT = struct.Struct("!H")
 _FLAGS, _EXP, _WORKER = QAINA_AT["flags"], QAINA_AT["exp"], QAINA_AT["worker"]
 #: the worker index of a member tuple for a result from the job's upper aggregator
 UPPER = -2
@@ -72,7 +75,8 @@ class Pipeline:
     """The switch's data plane state and the per-packet program of ``qaina.p4``."""
 
     TABLES = ("MyIngress.ipv4_lpm", "MyIngress.aggregator_addr", "MyIngress.job_table",
-              "MyIngress.member_table", "MyIngress.upstream_table", "MyEgress.result_rewrite")
+              "MyIngress.member_table", "MyIngress.port_guard", "MyIngress.source_guard",
+              "MyIngress.upstream_table", "MyEgress.result_rewrite")
 
     def __init__(self, p4info: P4Info, tx=None, port_tx=None):
         """``tx(port, frame)`` transmits a frame. ``port_tx(port)``, if given, returns
@@ -103,6 +107,10 @@ class Pipeline:
         self._lpm: list[tuple[int, dict]] = []
         self._lpm_default = None
         self.aggregator: set[int] = set()
+        #: ingress ports whose sources are checked (port_guard)
+        self.guarded: set[int] = set()
+        #: source_guard: ``port << 32 | srcAddr`` -> results (1: RESULTs may come in)
+        self.sources: dict[int, int] = {}
         self._jobs: dict[int, tuple] = {}
         self._members: dict[tuple, tuple] = {}
         self._contributors: dict[int, tuple] = {}
@@ -167,6 +175,12 @@ class Pipeline:
             self._lpm_default = params[0] if action == "MyIngress.forward" else None
         elif name == "MyIngress.aggregator_addr":
             self.aggregator = {ip for (ip,), _ in entries}
+        elif name == "MyIngress.port_guard":
+            self.guarded = {port for (port,), _ in entries}  # NoAction hits too
+        elif name == "MyIngress.source_guard":
+            # NoAction admits the source and leaves results_in at zero, as on BMv2.
+            self.sources = {port << 32 | ip: params[0] if action == "MyIngress.allow_source"
+                            else 0 for (port, ip), (action, params) in entries}
         elif name == "MyIngress.job_table":
             # An entry with NoAction is a hit that leaves the job's metadata at zero
             # (no workers), as on BMv2: its packets fail the worker check.
@@ -259,6 +273,7 @@ class Pipeline:
         # What every frame needs, bound once per burst: a table change made meanwhile
         # applies from the next burst on.
         aggregator, unpack, check = self.aggregator, HEADERS.unpack_from, self.check
+        sources, guarded, port_key = self.sources, in_port in self.guarded, in_port << 32
         for (buf, payload), length in zip(slots, lengths):
             try:
                 if length < self.frame_len:
@@ -267,8 +282,15 @@ class Pipeline:
                 h = unpack(buf, ETH_TYPE)
                 if h[0] != ETHERTYPE_IPV4:
                     self._drop(Drop.NOT_IPV4, length)
+                    continue
+                results_in = sources.get(port_key | h[6])
+                if results_in is None and guarded:
+                    self._drop(Drop.SPOOFED_SOURCE, length)
                 elif h[7] not in aggregator:
-                    self._forward(buf, length, h[7], h[4])
+                    if h[12] & FLAG_RESULT and not results_in and _parses_qaina(h):
+                        self._drop(Drop.FORGED_RESULT, length)
+                    else:
+                        self._forward(buf, length, h[7], h[4])
                 else:
                     member = check(in_port, h)
                     if isinstance(member, int):
@@ -277,6 +299,15 @@ class Pipeline:
                         self._aggregate(buf, payload, length, in_port, member, h)
             except Exception:  # counted as internal, the burst goes on
                 self._internal_error(length)
+
+    def source(self, in_port: int, src: int) -> int | None:
+        """``source_guard`` and ``port_guard`` for a packet from ``src`` on ``in_port``:
+        None if it is dropped (``spoofed_source``), else ``results_in`` (1 if RESULTs
+        from ``src`` may come in on this port)."""
+        results_in = self.sources.get(in_port << 32 | src)
+        if results_in is None:
+            return None if in_port in self.guarded else 0
+        return results_in
 
     def check(self, in_port: int, h: tuple):
         """The checks of ``MyIngress`` for a packet to an aggregator address, in the
@@ -449,9 +480,21 @@ class Pipeline:
         if length < IP_DST.stop or buf[ETH_TYPE] != 0x08 or buf[ETH_TYPE + 1] != 0x00:
             self._drop(Drop.NOT_IPV4, length)
             return
+        results_in = self.source(in_port, _ADDR.unpack_from(buf, IP_SRC.start)[0])
+        if results_in is None:
+            self._drop(Drop.SPOOFED_SOURCE, length)
+            return
         dst = _ADDR.unpack_from(buf, IP_DST.start)[0]
         if dst in self.aggregator:  # too short for Ethernet/IPv4/UDP/QAINA/payload
             self._drop(Drop.MALFORMED, length)
+            return
+        # MyParser extracts the QAINA header of a frame too short for the payload (the
+        # payload's extract fails, what came before stays valid).
+        if (not results_in and length >= PAYLOAD_OFFSET and buf[_FLAGS] & FLAG_RESULT
+                and buf[IP_VIHL] & 0x0F == 5 and buf[IP_PROTO] == IP_PROTO_UDP
+                and not _SHORT.unpack_from(buf, IP_FLAGS_FRAG)[0] & FRAGMENT
+                and _SHORT.unpack_from(buf, UDP_DPORT)[0] == QAINA_UDP_PORT):
+            self._drop(Drop.FORGED_RESULT, length)
             return
         self._forward(buf, length, dst, buf[IP_TTL])
 
@@ -488,6 +531,13 @@ class Pipeline:
         buf[IP_TTL] = (ttl - 1) & 0xFF
         _CHECKSUM.pack_into(buf, IP_CSUM, ipv4_checksum(buf))
         self.tx(port, buf[:length])
+
+
+def _parses_qaina(h: tuple) -> bool:
+    """Whether ``MyParser`` extracts the QAINA header of a frame with ``HEADERS`` ``h``
+    (IPv4 without options, not a fragment, UDP to the QAINA port)."""
+    return (h[1] & 0x0F == 5 and not h[3] & FRAGMENT and h[5] == IP_PROTO_UDP
+            and h[8] == QAINA_UDP_PORT)
 
 
 def _count(cells, cell: int, length: int):
