@@ -32,6 +32,7 @@ class Table:
         self.actions = {aid: actions[aid] for aid in info.action_ids}
         self.entries: dict[tuple, tuple] = {}
         self.default = default
+        self.initial_default = default  # what the program sets
         self.listeners = []
 
     def _check_action(self, action_id: int, params: tuple):
@@ -90,6 +91,12 @@ class Table:
 
     def set_default(self, action_id: int, params: tuple):
         self.default = self._check_action(action_id, params)
+        self._changed()
+
+    def reset_default(self):
+        """The program's own default action again (a MODIFY of the default entry
+        without an action)."""
+        self.default = self.initial_default
         self._changed()
 
     def clear(self):
