@@ -1,4 +1,6 @@
-"""BMv2's Thrift port, which simple_switch_grpc opens on every address, is reachable
+"""No control port of a switch is reachable from outside the machine: the embedded
+switch listens on its P4Runtime address (127.0.0.1) only, and BMv2's Thrift port,
+which simple_switch_grpc opens on every address, is reachable
 over loopback only while a switch runs, and the nftables table that does it goes
 with the switch: at teardown, and through ``qaina-bench clean`` when the run that
 made it was killed.
@@ -23,10 +25,9 @@ from qaina_bench.harness.firewall import table_exists
 from qaina_bench.harness.record import RunRecord, record_dir
 from qaina_bench.harness.targets import bmv2_missing
 
-pytestmark = [
-    pytest.mark.skipif(not IS_ROOT, reason="needs root: namespaces, nftables"),
-    pytest.mark.skipif(bmv2_missing() is not None, reason=f"BMv2 target: {bmv2_missing()}"),
-]
+pytestmark = pytest.mark.skipif(not IS_ROOT, reason="needs root: namespaces, nftables")
+needs_bmv2 = pytest.mark.skipif(bmv2_missing() is not None,
+                                reason=f"BMv2 target: {bmv2_missing()}")
 
 ROOT_ADDR, FAR_ADDR = "198.18.213.1", "198.18.213.2"
 
@@ -102,6 +103,7 @@ def wait_listening(port: int, proc, timeout: float = 20.0) -> None:
     raise AssertionError(f"nothing listens on 0.0.0.0:{port}")
 
 
+@needs_bmv2
 def test_the_thrift_port_answers_loopback_only_while_the_switch_runs(tmp_path, far_side):
     record = RunRecord("thrift-guard", directory=tmp_path)
     sw = start_switch(tmp_path, record)
@@ -125,6 +127,7 @@ def test_the_thrift_port_answers_loopback_only_while_the_switch_runs(tmp_path, f
     assert record.leftovers(wait=0) == []
 
 
+@needs_bmv2
 def test_clean_removes_the_guard_of_a_killed_run(tmp_path):
     record = RunRecord("killed-bmv2", directory=record_dir())
     sw = start_switch(tmp_path, record)
@@ -142,3 +145,26 @@ def test_clean_removes_the_guard_of_a_killed_run(tmp_path):
         sw.stop()
         sw.terminate()
         record.path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("kind", ["embedded", "bmv2"])
+def test_a_switch_listens_on_loopback_only_but_for_bmv2s_guarded_thrift_port(
+        kind, tmp_path_factory):
+    import psutil
+
+    from conftest import open_lab
+
+    lab = open_lab(kind, tmp_path_factory, ports=1)
+    try:
+        proc = psutil.Process(lab.target.pid)
+        listening = sorted((c.laddr.ip.removeprefix("::ffff:"), c.laddr.port)
+                           for p in [proc, *proc.children(recursive=True)]
+                           for c in p.net_connections(kind="inet")
+                           if c.status == psutil.CONN_LISTEN)
+        expected = [("127.0.0.1", lab.target.grpc_port)]
+        if kind == "bmv2":
+            expected.append(("0.0.0.0", lab.target.thrift_port))
+            assert lab.target.guard.exists()
+        assert listening == sorted(expected)
+    finally:
+        lab.close()
