@@ -707,3 +707,18 @@ def test_the_default_entry_modified_without_an_action_is_the_programs_again(fres
     entity = p4runtime_pb2.Entity(table_entry=query)
     (entry,) = [e.table_entry for e in conn._read("default entry", entity)]
     assert entry.action.action.action_id == conn.p4info.action("MyIngress.no_route").id
+
+
+def test_an_entrys_metadata_reads_back(fresh):
+    """controller_metadata and metadata are kept with an entry and returned (spec,
+    "Table Entry"); a MODIFY replaces them."""
+    conn = fresh.conn
+    e = agg(conn)
+    e.controller_metadata, e.metadata = 7, b"abc"
+    assert write(conn, [upd(U.INSERT, e)]) == ["OK"]
+    (read,) = conn.read_table(AGG)
+    assert (read.controller_metadata, read.metadata) == (7, b"abc")
+    e.controller_metadata, e.metadata = 8, b""
+    assert write(conn, [upd(U.MODIFY, e)]) == ["OK"]
+    (read,) = conn.read_table(AGG)
+    assert (read.controller_metadata, read.metadata) == (8, b"")

@@ -371,11 +371,12 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if action is None:
                 raise PipelineError("INVALID_ARGUMENT", "an INSERT needs an action")
             table.insert(key, *action)
-        elif action is None:  # a MODIFY that changes nothing
+        elif action is None:  # a MODIFY that keeps the action
             if key not in table.entries:
                 raise PipelineError("NOT_FOUND", f"{table.name}: no entry {key}")
         else:
             table.modify(key, *action)
+        table.set_cookie(key, entry.controller_metadata, entry.metadata)
 
     @staticmethod
     def _write_mcast(pipeline, kind, group):
@@ -443,7 +444,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 self._emit_table_entry(out, table, None, table.default)
                 continue
             for key, action in table.entries.items():
-                self._emit_table_entry(out, table, key, action)
+                e = self._emit_table_entry(out, table, key, action)
+                if key in table.cookies:
+                    e.controller_metadata, e.metadata = table.cookies[key]
 
     def _emit_table_entry(self, out: ReadParts, table, key, action):
         e = out.add().table_entry
@@ -469,6 +472,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             ap = e.action.action.params.add()
             ap.param_id = p.id
             ap.value = encode(v, p.bitwidth)
+        return e
 
     def _read_packet_replication_engine_entry(self, pipeline, query, out: ReadParts):
         if query.WhichOneof("type") != "multicast_group_entry":
