@@ -1,6 +1,7 @@
-"""P4Runtime Write validation: the same request gets the same answer from both
-targets, the P4Runtime specification's (1.4.1: "Table Entry", "Bytestrings",
-"Counter Entry", "Multicast Group Entry", "Error Reporting").
+"""P4Runtime Write validation: every kind of invalid Write gets the P4Runtime
+specification's answer (1.4.1: "Table Entry", "Bytestrings", "Counter Entry",
+"Multicast Group Entry", "Error Reporting") from the embedded switch, and the same
+from BMv2 but for the departures listed below.
 
 Each case is one Write on a fresh pipeline; its answer is the canonical code of
 every update (one ``p4.v1.Error`` per update in the status's details, as the spec

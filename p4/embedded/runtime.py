@@ -354,8 +354,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         if entry.is_default_action:
             if kind != _UPDATE.MODIFY:
                 raise PipelineError("INVALID_ARGUMENT", "the default entry can only be modified")
-            if len(entry.match):
-                raise PipelineError("INVALID_ARGUMENT", "the default entry has no match fields")
+            if len(entry.match) or entry.priority:
+                raise PipelineError("INVALID_ARGUMENT",
+                                    "the default entry has no match fields and no priority")
             action = table_action(table.info, actions, entry)
             if action is None:
                 table.reset_default()

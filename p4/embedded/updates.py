@@ -59,6 +59,9 @@ def match_key(table: TableInfo, entry) -> tuple:
             if value & ((1 << (mf.bitwidth - plen)) - 1):
                 raise invalid(f"{mf.name}: bits beyond the /{plen} prefix are set")
             key.append((value, plen))
+        elif mf.match_type != "EXACT":
+            raise PipelineError("UNIMPLEMENTED", f"{mf.name}: {mf.match_type} matches "
+                                "are not supported")
         else:
             if m is None:
                 raise invalid(f"{table.name}: exact field {mf.name} missing")
@@ -70,10 +73,16 @@ def match_key(table: TableInfo, entry) -> tuple:
     return tuple(key)
 
 
+PRIORITY_MATCHES = ("TERNARY", "RANGE", "OPTIONAL")
+
+
 def check_entry(table: TableInfo, entry):
-    """What a table entry of ``qaina.p4`` must leave unset whatever the update: it has
-    exact and LPM fields only, no direct counters or meters, no idle timeout."""
-    if entry.priority != 0:
+    """The priority (positive with a ternary, range or optional field, else 0) and
+    what a table of ``qaina.p4`` has not: direct counters or meters, idle timeout."""
+    if any(mf.match_type in PRIORITY_MATCHES for mf in table.match_fields):
+        if entry.priority <= 0 and not entry.is_default_action:
+            raise invalid(f"{table.name}: a positive priority is needed")
+    elif entry.priority != 0:
         raise invalid(f"{table.name}: priority {entry.priority} given, but the table has "
                       "no ternary, range or optional field")
     if entry.is_const:
