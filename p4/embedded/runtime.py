@@ -482,10 +482,10 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         groups = pipeline.mcast_groups
         if gid != 0:
             groups = {gid: groups[gid]} if gid in groups else {}
-        for g, replicas in sorted(groups.items()):
+        for g, copies in sorted(groups.items()):
             m = out.add().packet_replication_engine_entry.multicast_group_entry
             m.multicast_group_id = g
-            for port, rid in replicas:
+            for port, rid in copies:
                 r = m.replicas.add()
                 r.egress_port = port
                 r.instance = rid
