@@ -326,8 +326,11 @@ def check_system() -> list[tuple[str, bool, str]]:
     netem = netem_available()
     checks.append(("netem qdisc (optional: --delay; --loss without nftables)", netem,
                    "this kernel lacks CONFIG_NET_SCH_NETEM (--loss then uses nftables)"))
-    checks.append(("nft (nftables; --loss where netem is missing)", netem or nft_available(),
-                   f"{apt} nftables"))
+    bmv2 = bmv2_missing() is None
+    needs = ["--target bmv2: loopback-only Thrift port"] if bmv2 else []
+    needs += [] if netem else ["--loss without netem"]
+    checks.append((f"nft (nftables{': ' + '; '.join(needs) if needs else ', optional'})",
+                   nft_available() or not needs, f"{apt} nftables"))
     for dist in ("numpy", "click", "psutil", "PyYAML", "scapy", "grpcio", "protobuf",
                  "finsy", "mininet", "matplotlib"):
         try:

@@ -81,6 +81,9 @@ class QainaSwitch(Switch):
                                    self.target_kind)
             if self.target_kind == "bmv2":
                 self.record.add_port(thrift_port, f"Thrift of {self.name}")
+                guard = self.target.guard  # listed before the switch makes it
+                self.record.add_nft_table(guard.family, guard.table)
+                self.record.save()
         self.target.start()
         if self.record is not None:
             self.record.add_process(self.target.pid, f"switch {self.name}")
@@ -158,7 +161,7 @@ class Testbed:
             for intf in h.intfList():
                 quiet_interface(intf.name, run=lambda cmd, **kw: h.cmd(" ".join(cmd)))
         if self.nft_loss:
-            self.record.data.setdefault("nft_tables", []).append(self.loss_table)
+            self.record.add_nft_table("netdev", self.loss_table)
             self.record.save()
             for link in self.net.links:
                 for intf in (link.intf1, link.intf2):

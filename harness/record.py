@@ -3,7 +3,8 @@
 A run keeps ``/run/qaina-bench/<run-id>.json`` up to date with the PIDs it started
 (each with its start time, so a reused PID is never mistaken for ours), both ends of
 every link it created, the ports its switches listen on, the nftables tables it
-added and the cgroups of CPU-limited hosts. ``qaina-bench clean``, and the next
+added (each with its family: ``netdev`` loss tables, ``inet`` tables that keep
+BMv2's Thrift ports for loopback) and the cgroups of CPU-limited hosts. ``qaina-bench clean``, and the next
 ``up``, read the records of runs whose owner process is gone and remove exactly what
 they list.
 """
@@ -19,6 +20,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from .firewall import delete_table, table_exists
 
 def record_dir() -> Path:
     """Where run records live: ``$QAINA_RECORD_DIR``, by default /run/qaina-bench."""
@@ -73,6 +76,18 @@ class RunRecord:
         if name not in self.data["interfaces"]:
             self.data["interfaces"].append(name)
 
+    def add_nft_table(self, family: str, name: str):
+        """An nftables table the run adds (listed before it is made)."""
+        entry = {"family": family, "name": name}
+        if entry not in self.nft_tables():
+            self.data.setdefault("nft_tables", []).append(entry)
+
+    def nft_tables(self) -> list[dict]:
+        """The run's nftables tables as ``{"family", "name"}`` (a bare name, as older
+        records hold, is a netdev table)."""
+        return [t if isinstance(t, dict) else {"family": "netdev", "name": t}
+                for t in self.data.get("nft_tables", [])]
+
     def add_cgroups(self, paths: list[str]):
         listed = self.data.setdefault("cgroups", [])
         for path in paths:
@@ -114,11 +129,9 @@ class RunRecord:
             if _interface_exists(name):
                 subprocess.run(["ip", "link", "del", name], capture_output=True)
                 done.append(f"deleted interface {name}")
-        for table in self.data.get("nft_tables", []):
-            res = subprocess.run(["nft", "delete", "table", "netdev", table],
-                                 capture_output=True)
-            if res.returncode == 0:
-                done.append(f"deleted nftables table {table}")
+        for table in self.nft_tables():
+            if delete_table(table["family"], table["name"]):
+                done.append(f"deleted nftables table {table['family']} {table['name']}")
         for path in self.data.get("cgroups", []):
             try:
                 Path(path).rmdir()  # a cgroup directory goes once its tasks are gone
@@ -136,6 +149,8 @@ class RunRecord:
                     if _same_process(p["pid"], p.get("started"))]
             left += [f"interface {n}" for n in self.data["interfaces"] if _interface_exists(n)]
             left += [f"cgroup {c}" for c in self.data.get("cgroups", []) if Path(c).is_dir()]
+            left += [f"nftables table {t['family']} {t['name']}" for t in self.nft_tables()
+                     if table_exists(t["family"], t["name"])]
             if not left or time.monotonic() > deadline:
                 return left
             time.sleep(0.1)

@@ -189,6 +189,10 @@ class Run:
                               "kernel with netem (e.g. the Vagrant VM)")
         if cfg.host_cpu and limit_problem():
             raise ConfigError(limit_problem())
+        if cfg.target == "bmv2" and not nft_available():
+            raise ConfigError("--target bmv2 needs nftables to keep BMv2's Thrift port "
+                              "(open on every address) for loopback only: "
+                              "apt-get install nftables")
         if cfg.loss and not self.netem and not nft_available():
             raise ConfigError("--loss needs netem or nftables: this kernel has no netem; "
                               "install nftables (apt-get install nftables)")

@@ -23,6 +23,7 @@ from pathlib import Path
 from ..p4 import program
 from ..p4.header import QAINA_WORDS
 from ..p4.p4info import P4Info, difference
+from .firewall import FirewallError, ThriftGuard
 
 TARGETS = ("embedded", "bmv2")
 
@@ -214,6 +215,9 @@ class BMv2Target(SwitchProcess):
     BMv2 logs every packet only when ``log_packets`` is set (``--switch-log``): its
     per-packet log costs more than half of its forwarding rate, so a measurement run
     never has it by default.
+
+    Its Thrift server listens on every address; ``guard`` keeps the port for
+    loopback only from before the switch starts until it stopped (``firewall.py``).
     """
 
     kind = "bmv2"
@@ -225,6 +229,18 @@ class BMv2Target(SwitchProcess):
         # Each instance needs its own nanomsg address, or the second one dies at start.
         self.notifications = (f"ipc:///tmp/qaina-bmv2-{os.getpid()}-{self.device_id}-"
                               f"{thrift_port}.ipc")
+        self.guard = ThriftGuard(thrift_port)
+
+    def start(self):
+        try:
+            self.guard.close_port()
+        except FirewallError as exc:
+            raise TargetError(f"{self.name}: {exc}") from None
+        try:
+            super().start()
+        except BaseException:
+            self.guard.remove()
+            raise
 
     def command(self) -> list[str]:
         reason = bmv2_missing()
@@ -266,7 +282,8 @@ class BMv2Target(SwitchProcess):
     def cli(self, commands: list[str]) -> str:
         """Run ``simple_switch_CLI`` commands on this switch (Thrift); returns its output."""
         try:
-            res = subprocess.run(["simple_switch_CLI", "--thrift-port", str(self.thrift_port)],
+            res = subprocess.run(["simple_switch_CLI", "--thrift-ip", "127.0.0.1",
+                                  "--thrift-port", str(self.thrift_port)],
                                  input="\n".join(commands) + "\n", capture_output=True,
                                  text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -289,6 +306,7 @@ class BMv2Target(SwitchProcess):
         path = self.notifications[len("ipc://"):]
         if os.path.exists(path):
             os.unlink(path)
+        self.guard.remove()
 
 
 def make_target(kind: str, *args, thrift_port: int | None = None, log_packets: bool = False,

@@ -6,8 +6,9 @@ primary, a live election id cannot be taken twice, at most ``MAX_STREAMS`` strea
 Capabilities, Set/GetForwardingPipelineConfig (the P4Info must be that of
 ``qaina.p4``; device config bytes are ignored; VERIFY_AND_COMMIT starts a fresh
 pipeline, RECONCILE_AND_COMMIT keeps the state), Write of table entries (insert /
-modify / delete, default entries) and of multicast groups, every update of a batch
-attempted and its error reported per update, Read of table entries, multicast
+modify / delete, default entries), multicast groups and counter cells, each update
+checked as the spec says (``updates.py``), every update of a batch attempted and its
+error reported per update, Read of table entries, multicast
 groups, counter entries and register entries. Anything else is answered with a gRPC
 status (UNIMPLEMENTED, INVALID_ARGUMENT, ...), never a crash.
 """
@@ -23,9 +24,10 @@ import grpc
 
 from .. import program
 from ..header import PAYLOAD_WORDS
-from ..p4info import P4Info, decode, difference, encode
+from ..p4info import P4Info, difference, encode
 from ..proto import code_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2
 from .pipeline import Pipeline, PipelineError
+from .updates import check_entry, match_key, replicas, table_action
 
 log = logging.getLogger("qaina.switch.p4runtime")
 
@@ -317,6 +319,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def _write_one(self, pipeline: Pipeline, update):
         entity = update.entity
         kind = entity.WhichOneof("entity")
+        if update.type == _UPDATE.UNSPECIFIED:
+            raise PipelineError("INVALID_ARGUMENT", "update type must be set")
         if kind == "table_entry":
             self._write_table(pipeline, update.type, entity.table_entry)
         elif kind == "packet_replication_engine_entry":
@@ -324,10 +328,15 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if pre.WhichOneof("type") != "multicast_group_entry":
                 raise PipelineError("UNIMPLEMENTED", "only multicast groups are supported")
             self._write_mcast(pipeline, update.type, pre.multicast_group_entry)
-        elif kind in ("counter_entry", "register_entry"):
-            raise PipelineError("UNIMPLEMENTED", f"writing {kind} is not supported")
+        elif kind == "counter_entry":
+            self._write_counter(pipeline, update.type, entity.counter_entry)
+        elif kind in ("direct_counter_entry", "direct_meter_entry"):
+            raise PipelineError("INVALID_ARGUMENT",
+                                f"{kind}: no table of this program has a direct resource")
+        elif kind is None:
+            raise PipelineError("INVALID_ARGUMENT", "the update has no entity")
         else:
-            raise PipelineError("UNIMPLEMENTED", f"{kind} is not supported by this switch")
+            raise PipelineError("UNIMPLEMENTED", f"writing {kind} is not supported")
 
     def _table(self, pipeline: Pipeline, table_id: int):
         table = pipeline.tables.get(table_id)
@@ -335,87 +344,81 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             raise PipelineError("INVALID_ARGUMENT", f"no table with id {table_id} in the P4Info")
         return table
 
-    @staticmethod
-    def _key(table, entry):
-        fields = {m.field_id: m for m in entry.match}
-        key = []
-        for mf in table.info.match_fields:
-            m = fields.pop(mf.id, None)
-            if mf.match_type == "LPM":
-                if m is None:
-                    key.append((0, 0))
-                elif m.WhichOneof("field_match_type") != "lpm":
-                    raise PipelineError("INVALID_ARGUMENT", f"{mf.name} is an LPM field")
-                else:
-                    key.append((decode(m.lpm.value, mf.bitwidth), m.lpm.prefix_len))
-            else:
-                if m is None or m.WhichOneof("field_match_type") != "exact":
-                    raise PipelineError("INVALID_ARGUMENT", f"{mf.name}: exact value required")
-                key.append(decode(m.exact.value, mf.bitwidth))
-        if fields:
-            raise PipelineError("INVALID_ARGUMENT", f"unknown match field ids {sorted(fields)}")
-        return tuple(key)
-
-    @staticmethod
-    def _action(table, entry):
-        if entry.action.WhichOneof("type") != "action":
-            raise PipelineError("UNIMPLEMENTED", "only direct actions are supported")
-        a = entry.action.action
-        info = table.actions.get(a.action_id)
-        if info is None:
-            raise PipelineError("INVALID_ARGUMENT",
-                                f"action id {a.action_id} is not an action of {table.name}")
-        given = {p.param_id: p.value for p in a.params}
-        params = []
-        for p in info.params:
-            if p.id not in given:
-                raise PipelineError("INVALID_ARGUMENT", f"{info.name}: missing {p.name}")
-            params.append(decode(given.pop(p.id), p.bitwidth))
-        if given:
-            raise PipelineError("INVALID_ARGUMENT", f"{info.name}: unknown params {sorted(given)}")
-        return a.action_id, tuple(params)
-
     def _write_table(self, pipeline, kind, entry):
+        """A table entry update as the spec's "Table Entry" section says: the key
+        checked on every update, the action on INSERT and MODIFY only (DELETE ignores
+        it), a MODIFY without an action a no-op, the default entry modified only."""
         table = self._table(pipeline, entry.table_id)
+        check_entry(table.info, entry)
+        actions = pipeline.p4info.actions
         if entry.is_default_action:
             if kind != _UPDATE.MODIFY:
                 raise PipelineError("INVALID_ARGUMENT", "the default entry can only be modified")
-            table.set_default(*self._action(table, entry))
+            if len(entry.match) or entry.priority:
+                raise PipelineError("INVALID_ARGUMENT",
+                                    "the default entry has no match fields and no priority")
+            action = table_action(table.info, actions, entry)
+            if action is None:
+                table.reset_default()
+            else:
+                table.set_default(*action)
             return
-        key = self._key(table, entry)
-        if kind == _UPDATE.INSERT:
-            table.insert(key, *self._action(table, entry))
-        elif kind == _UPDATE.MODIFY:
-            table.modify(key, *self._action(table, entry))
-        elif kind == _UPDATE.DELETE:
+        key = match_key(table.info, entry)
+        if kind == _UPDATE.DELETE:
             table.delete(key)
+            return
+        action = table_action(table.info, actions, entry)
+        if kind == _UPDATE.INSERT:
+            if action is None:
+                raise PipelineError("INVALID_ARGUMENT", "an INSERT needs an action")
+            table.insert(key, *action)
+        elif action is None:  # a MODIFY that keeps the action
+            if key not in table.entries:
+                raise PipelineError("NOT_FOUND", f"{table.name}: no entry {key}")
         else:
-            raise PipelineError("INVALID_ARGUMENT", "update type must be set")
+            table.modify(key, *action)
+        table.set_cookie(key, entry.controller_metadata, entry.metadata)
 
     @staticmethod
     def _write_mcast(pipeline, kind, group):
         gid = group.multicast_group_id
         if gid == 0:
             raise PipelineError("INVALID_ARGUMENT", "multicast group id 0 is reserved")
-        replicas = []
-        for r in group.replicas:
-            port = decode(r.port) if r.port else r.egress_port
-            replicas.append((port, r.instance))
         exists = gid in pipeline.mcast_groups
-        if kind == _UPDATE.INSERT:
-            if exists:
-                raise PipelineError("ALREADY_EXISTS", f"multicast group {gid} exists")
-            pipeline.mcast_groups[gid] = replicas
-        elif kind == _UPDATE.MODIFY:
-            if not exists:
-                raise PipelineError("NOT_FOUND", f"no multicast group {gid}")
-            pipeline.mcast_groups[gid] = replicas
-        elif kind == _UPDATE.DELETE:
+        if kind == _UPDATE.DELETE:
             if not exists:
                 raise PipelineError("NOT_FOUND", f"no multicast group {gid}")
             del pipeline.mcast_groups[gid]
-        else:
-            raise PipelineError("INVALID_ARGUMENT", "update type must be set")
+            return
+        copies = replicas(group)
+        if kind == _UPDATE.INSERT:
+            if exists:
+                raise PipelineError("ALREADY_EXISTS", f"multicast group {gid} exists")
+        elif not exists:
+            raise PipelineError("NOT_FOUND", f"no multicast group {gid}")
+        pipeline.mcast_groups[gid] = copies
+
+    @staticmethod
+    def _write_counter(pipeline, kind, entry):
+        """MODIFY sets one cell (``index`` given) or every cell of a counter array to
+        ``data``; INSERT and DELETE are INVALID_ARGUMENT (spec, "Counter Entry")."""
+        if kind != _UPDATE.MODIFY:
+            raise PipelineError("INVALID_ARGUMENT", "a counter entry can only be modified")
+        info = pipeline.p4info.counters.get(entry.counter_id)
+        if info is None:
+            raise PipelineError("INVALID_ARGUMENT",
+                                f"no counter with id {entry.counter_id} in the P4Info")
+        cells = slice(0, info.size)
+        if entry.HasField("index"):
+            i = entry.index.index
+            if i < 0:
+                raise PipelineError("INVALID_ARGUMENT", f"counter index {i} is negative")
+            if i >= info.size:
+                raise PipelineError("OUT_OF_RANGE", f"{info.name}: index {i} >= {info.size}")
+            cells = slice(i, i + 1)
+        if entry.HasField("data"):
+            pipeline.counters[info.name][cells] = (entry.data.packet_count,
+                                                   entry.data.byte_count)
 
     # -- Read --------------------------------------------------------------------------
     def Read(self, request, context):
@@ -442,7 +445,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 self._emit_table_entry(out, table, None, table.default)
                 continue
             for key, action in table.entries.items():
-                self._emit_table_entry(out, table, key, action)
+                e = self._emit_table_entry(out, table, key, action)
+                if key in table.cookies:
+                    e.controller_metadata, e.metadata = table.cookies[key]
 
     def _emit_table_entry(self, out: ReadParts, table, key, action):
         e = out.add().table_entry
@@ -468,6 +473,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             ap = e.action.action.params.add()
             ap.param_id = p.id
             ap.value = encode(v, p.bitwidth)
+        return e
 
     def _read_packet_replication_engine_entry(self, pipeline, query, out: ReadParts):
         if query.WhichOneof("type") != "multicast_group_entry":
@@ -476,10 +482,10 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         groups = pipeline.mcast_groups
         if gid != 0:
             groups = {gid: groups[gid]} if gid in groups else {}
-        for g, replicas in sorted(groups.items()):
+        for g, copies in sorted(groups.items()):
             m = out.add().packet_replication_engine_entry.multicast_group_entry
             m.multicast_group_id = g
-            for port, rid in replicas:
+            for port, rid in copies:
                 r = m.replicas.add()
                 r.egress_port = port
                 r.instance = rid

@@ -31,7 +31,10 @@ class Table:
         self.name = info.name
         self.actions = {aid: actions[aid] for aid in info.action_ids}
         self.entries: dict[tuple, tuple] = {}
+        #: an entry's controller_metadata and metadata, as written (returned on reads)
+        self.cookies: dict[tuple, tuple[int, bytes]] = {}
         self.default = default
+        self.initial_default = default  # what the program sets
         self.listeners = []
 
     def _check_action(self, action_id: int, params: tuple):
@@ -86,14 +89,29 @@ class Table:
         self._check_key(key)
         if self.entries.pop(key, None) is None:
             raise PipelineError("NOT_FOUND", f"{self.name}: no entry {key}")
+        self.cookies.pop(key, None)
         self._changed()
 
     def set_default(self, action_id: int, params: tuple):
         self.default = self._check_action(action_id, params)
         self._changed()
 
+    def reset_default(self):
+        """The program's own default action again (a MODIFY of the default entry
+        without an action)."""
+        self.default = self.initial_default
+        self._changed()
+
+    def set_cookie(self, key: tuple, controller_metadata: int, metadata: bytes):
+        """What the control plane keeps with an entry (the switch only returns it)."""
+        if controller_metadata or metadata:
+            self.cookies[key] = (controller_metadata, metadata)
+        else:
+            self.cookies.pop(key, None)
+
     def clear(self):
         self.entries.clear()
+        self.cookies.clear()
         self._changed()
 
     def _changed(self):
