@@ -26,6 +26,10 @@ and ``iterations.csv``; over the jobs of a run, times are averaged and rates add
 ``cpu_s_per_melem``    CPU seconds of the run's processes per million aggregated elements
 ``jobs_fit``           jobs of this point that the pool holds (1 for a point that ran;
                        0 for a point the pool refused)
+``switch_link_bytes``  bytes that crossed switch-to-switch links (``tier_bytes``)
+``turnaround_s``       with ``--arrivals``: mean over jobs of arrival to last iteration
+                       done (``turnaround_max_s`` the slowest job's); ``wait_s`` the mean
+                       time from arrival to admission
 """
 
 from __future__ import annotations
@@ -41,13 +45,14 @@ from .summary import _mean
 
 CONFIG_COLUMNS = ["topo", "target", "mode", "jobs", "workers", "bits", "quantizer", "compress",
                   "payload_words", "pack", "bw", "delay", "loss", "slots", "pool_slots",
-                  "trace", "iterations"]
+                  "trace", "iterations", "levels", "leaves", "arrivals"]
 METRIC_COLUMNS = ["iteration_s", "steady_iteration_s", "iteration_p99_s", "job_completion_s",
                   "job_completion_max_s", "elements_per_s", "fp32_gbps", "slots_peak",
                   "register_bit_efficiency", "rel_error", "retransmissions", "bytes_sent",
                   "bytes_per_iteration", "steady_bytes_per_iteration",
                   "span_s", "cpu_saturated", "fidelity", "cpu_s_per_melem", "cpu_busy",
-                  "warnings", "jobs_fit"]
+                  "warnings", "jobs_fit", "switch_link_bytes", "turnaround_s",
+                  "turnaround_max_s", "wait_s"]
 BASE_COLUMNS = ["point", "repeat", "run_id", "status", "note"]
 
 
@@ -117,6 +122,11 @@ def run_row(directory: Path) -> dict:
         "cpu_busy": cpu.get("cores_busy_mean"),
         "warnings": len(v.get("warnings") or []),
         "jobs_fit": 1,
+        "switch_link_bytes": (s.get("tier_bytes") or {}).get("switch_links"),
+        "turnaround_s": _mean(get("turnaround_s")),
+        "turnaround_max_s": max((x for x in get("turnaround_s") if x is not None),
+                                default=None),
+        "wait_s": _mean(get("wait_s")),
     }
 
 
@@ -126,7 +136,8 @@ def config_row(cfg) -> dict:
             "quantizer": cfg.quantizer, "compress": cfg.compress,
             "payload_words": cfg.payload_words, "pack": cfg.pack, "bw": cfg.bw,
             "delay": cfg.delay, "loss": cfg.loss, "slots": cfg.slots,
-            "pool_slots": cfg.pool_slots, "trace": cfg.trace, "iterations": cfg.iterations}
+            "pool_slots": cfg.pool_slots, "trace": cfg.trace, "iterations": cfg.iterations,
+            "levels": cfg.levels, "leaves": cfg.leaves, "arrivals": cfg.arrivals}
 
 
 def write(path: Path, axes: list[str], rows: list[dict]):
