@@ -219,3 +219,18 @@ def lab(request, tmp_path_factory):
     lab = open_lab(request.param, tmp_path_factory)
     yield lab
     lab.close()
+
+
+@pytest.fixture(scope="module", params=["embedded", "bmv2"])
+def server(request, tmp_path_factory):
+    """A two-port switch of each target, for the P4Runtime suites."""
+    lab = open_lab(request.param, tmp_path_factory, ports=2)
+    yield lab
+    lab.close()
+
+
+@pytest.fixture
+def fresh(server):
+    """``server`` with a fresh pipeline."""
+    server.reset()
+    return server

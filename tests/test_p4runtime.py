@@ -15,26 +15,13 @@ import time
 import grpc
 import pytest
 
-from conftest import IS_ROOT, free_port, open_lab
+from conftest import IS_ROOT, free_port
 from qaina_bench.harness.control import ControlError, SwitchConnection, update_errors
 from qaina_bench.harness.targets import make_target
 from qaina_bench.p4.embedded.runtime import MAX_STREAMS
 from qaina_bench.p4.proto import code_pb2, p4info_pb2, p4runtime_pb2
 
 pytestmark = pytest.mark.skipif(not IS_ROOT, reason="needs root: veth pairs, raw sockets")
-
-
-@pytest.fixture(scope="module", params=["embedded", "bmv2"])
-def server(request, tmp_path_factory):
-    lab = open_lab(request.param, tmp_path_factory, ports=2)
-    yield lab
-    lab.close()
-
-
-@pytest.fixture
-def fresh(server):
-    server.reset()
-    return server
 
 
 def test_errors_are_grpc_statuses(fresh):

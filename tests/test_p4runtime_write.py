@@ -15,7 +15,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from conftest import IS_ROOT, open_lab
+from conftest import IS_ROOT
 from qaina_bench.harness.control import update_errors
 from qaina_bench.p4.proto import code_pb2, p4runtime_pb2
 
@@ -631,19 +631,6 @@ def member_padded_key_then_canonical_delete(conn):
     e.match[0].exact.value = b"\x00\x01"
     conn._write("setup", [upd(U.INSERT, e)])
     return [upd(U.DELETE, member(conn))]
-
-
-@pytest.fixture(scope="module", params=["embedded", "bmv2"])
-def server(request, tmp_path_factory):
-    lab = open_lab(request.param, tmp_path_factory, ports=2)
-    yield lab
-    lab.close()
-
-
-@pytest.fixture
-def fresh(server):
-    server.reset()
-    return server
 
 
 def write(conn, updates) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IS_ROOT, SwitchLab, open_lab
+from conftest import IS_ROOT, SwitchLab
 from qaina_bench.harness.control import PRIMARY_ELECTION_ID
 from qaina_bench.harness.record import RunRecord, record_dir
 from qaina_bench.harness.shelltool import (PROJECT_DIR, ShellError, backup_election_id,
@@ -60,19 +60,6 @@ def test_the_checkout_never_shadows_the_shells_protobufs(tool_python):
                           " import p4.v1.p4runtime_pb2 as m; print(m.__file__)",
                           str(PROJECT_DIR)], capture_output=True, text=True, check=True).stdout
     assert not out.strip().startswith(str(PROJECT_DIR / "p4"))
-
-
-@pytest.fixture(scope="module", params=["embedded", "bmv2"])
-def server(request, tmp_path_factory):
-    lab = open_lab(request.param, tmp_path_factory, ports=2)
-    yield lab
-    lab.close()
-
-
-@pytest.fixture
-def fresh(server):
-    server.reset()
-    return server
 
 
 def run_shell(python: Path, lab: SwitchLab, election: tuple[int, int], *args) -> dict:
