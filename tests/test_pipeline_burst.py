@@ -17,6 +17,7 @@ import pytest
 from qaina_bench.harness import bench
 from qaina_bench.harness.jobs import Job, Worker, program_aggregator, program_job, program_route
 from qaina_bench.hosts.lanes import LaneFormat
+from qaina_bench.p4.embedded import burst
 from qaina_bench.p4.embedded import pipeline as pl
 from qaina_bench.p4.header import QAINA_OFFSET
 from qaina_bench.p4.p4info import P4Info
@@ -75,14 +76,14 @@ def test_burst_paths_match_the_per_packet_path(bits, faults, monkeypatch):
             extra = rng.choice([f, junk, f[:26] + b"\x0a\x00\x00\x63" + f[30:]])
             frames.insert(k + 1, (w, extra))
     fast_bursts = []
-    original = pl.apply_window
+    original = burst.apply_window
 
     def counting(*args):
         done = original(*args)
         fast_bursts.append(done)
         return done
 
-    monkeypatch.setattr(pl, "apply_window", counting)
+    monkeypatch.setattr(burst, "apply_window", counting)
     out_ref, out_burst = [], []
     ref = make_pipeline(job, out_ref)
     new = make_pipeline(job, out_burst)
