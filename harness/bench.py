@@ -3,9 +3,13 @@
 ``switch``: aggregation packets per second through one switch process (embedded or
 BMv2) on one core. Four worker ports on veth pairs; a sender on the other core
 replays precomputed contributions of a 4-worker job (every slot of a window used
-with alternating copies, as agents do) at a fixed offered rate, in bursts of 32; the
-switch's own P4Runtime counters say how many it aggregated. Both targets get the
-same frames and the same pacing. Run as root::
+with alternating copies, as agents do) at a fixed offered rate, in bursts of 32 per
+worker; the switch's own P4Runtime counters say how many it aggregated. Both
+targets get the same frames and the same pacing. After the sweep it offers twice
+the peak (overload). The sender reads no results and never retransmits: a use the
+switch drops is lost, and the sender's next use of that slot then looks to the
+switch like retransmissions of the use before (which an overloaded embedded switch
+sheds too). Run as root::
 
     python -m qaina_bench.harness.bench switch --target embedded --target bmv2
 

@@ -153,3 +153,80 @@ def test_a_use_shed_before_a_worker_sent_again_is_judged_afresh():
     assert set(got) == set(sums)
     assert all(np.array_equal(v, sums[k]) for k, d in got.items() for v in d.values())
     assert not p.agg_count.any() and not p.shed_held.any()
+
+
+def test_a_stopped_switch_sheds_whole_uses_when_it_resumes(tmp_path_factory):
+    """The switch is stopped (SIGSTOP) while every worker port's receive ring fills
+    almost to the end; resumed, it is thousands of frames behind and sheds. No use
+    may be left half aggregated or half shed; each aggregated one holds the exact
+    sum, every frame is aggregated, shed or dropped by the kernel, and some are shed."""
+    import os
+    import signal
+    import time
+
+    from conftest import open_lab
+    from qaina_bench.harness.jobs import program_aggregator, program_job, program_route
+    from qaina_bench.p4.constants import POOL_SLOTS
+    from qaina_bench.p4.embedded.ports import RX_RING_FRAMES, Port
+
+    lab = open_lab("embedded", tmp_path_factory, ports=WORKERS)
+    senders = []
+    try:
+        lab.reset()
+        job = make_job(POOL_SLOTS)  # every slot copy of the pool is used once
+        program_aggregator(lab.conn, bench.AGG_IP)
+        program_job(lab.conn, job)
+        for w in job.workers:
+            program_route(lab.conn, w.ip, 32, w.port)
+        per_port = RX_RING_FRAMES - 8  # room for a stray frame or two
+        streams = {w.port: [np.frombuffer(f, np.uint8) for k, f in
+                            bench._frames(job, POOL_SLOTS) if k == w.index][:per_port]
+                   for w in job.workers}
+        sent = [(w.index, bytes(f)) for w in job.workers for f in streams[w.port]]
+        senders = [Port(i, lab.veths.pairs[i][1], receive=False) for i in streams]
+        pid = lab.target.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for s in senders:
+                rows = np.array(streams[s.number])
+                for start in range(0, len(rows), 256):
+                    s.send_block(rows[start:start + 256])
+                    while not s.flush():
+                        time.sleep(0.001)
+            time.sleep(0.2)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        closed = -1
+        for _ in range(100):  # until the switch has caught up
+            time.sleep(0.2)
+            now = lab.conn.read_counter("MyIngress.slots_closed")[0][0]
+            if now == closed:
+                break
+            closed = now
+        count = lab.conn.read_register("MyIngress.agg_count")
+        seen = lab.conn.read_register("MyIngress.agg_seen")
+        sums_cells = lab.conn.read_register("MyIngress.agg_sum")
+        aggregated = lab.conn.read_counter("MyIngress.agg_packets")[0][0]
+    finally:
+        for s in senders:
+            s.close()
+        lab.close()
+    stats = bench._switch_stats(lab.target.log_path)
+    assert not any(count.values()), "a use is stranded half aggregated"
+    words = len(sums_cells) // (2 * POOL_SLOTS)
+    done = shed = 0
+    for (slot, ver), total in expected_sums(sent).items():
+        copy = slot + ver * POOL_SLOTS
+        row = np.array([sums_cells[copy * words + i] for i in range(words)], np.uint32)
+        if not row.any():  # never touched (the registers started at zero)
+            assert seen[copy] == 0, (slot, ver)
+            shed += 1
+            continue
+        # Every worker's bit, unless its next use of the slot cleared them all.
+        assert seen[copy] in (0, (1 << WORKERS) - 1), (slot, ver)
+        assert np.array_equal(row, total), (slot, ver)
+        done += 1
+    assert closed == done and aggregated == WORKERS * done
+    assert stats["shed"] > 0, "nothing was shed: the test would prove nothing"
+    assert stats["kernel_drops"] == 0
+    assert stats["shed"] == len(sent) - aggregated == WORKERS * shed

@@ -261,13 +261,12 @@ class Port:
                                                   tag >> 16)
 
     def backlog(self) -> int:
-        """How many frames wait in the receive ring past the ones of the last
-        ``receive()`` (the kernel fills slots in ring order, so they are the slots
-        from there on up to the first one it owns: a binary search of the slot
+        """How many frames the receive ring holds, those of the last ``receive()``
+        included (the kernel fills slots in ring order, so they are the slots from
+        the head on up to the first one it owns: a binary search of the slot
         headers)."""
-        status, count = self._rx_status_col, self._rx_count
-        head = self._rx_head + self._held
-        low, high = 0, count - self._held  # slots low.. may wait, high.. do not
+        status, count, head = self._rx_status_col, self._rx_count, self._rx_head
+        low, high = 0, count  # slots low.. may hold frames, high.. do not
         while low < high:
             middle = (low + high) // 2
             if status[(head + middle) % count] & TP_STATUS_USER:
@@ -595,11 +594,11 @@ class Overload:
     """The shed level of a switch (0: none .. ``burst.SHED_FULL``: every slot use not
     opened yet), from how far its receive rings are behind, with hysteresis.
 
-    Every ``PERIOD`` seconds it looks at the most frames that waited in a ring in
-    that period (``Port.backlog``): ``FULL`` or more, or ``HIGH`` or more and more
-    than in the period before (the shedding so far does not catch up), and the
-    level goes up by ``STEP_UP``; under ``LOW``, it goes down by a sixteenth, at
-    least ``STEP_DOWN``; else it stays. The rings are let fill to half before
+    Every ``PERIOD`` seconds it looks at the most frames a ring held in that period
+    (``Port.backlog``): ``FULL`` or more (the kernel is about to drop at random),
+    and the level goes up by ``STEP_FULL``; ``HIGH`` or more and more than in the
+    period before (the shedding so far does not catch up), by ``STEP_UP``; under
+    ``LOW``, it goes down by a sixteenth, at least ``STEP_DOWN``; else it stays. The rings are let fill to half before
     anything is shed: a switch that is behind reads long bursts, which cost it less
     per frame than the short ones it reads when it keeps up; and it sheds before a
     ring is full, where the kernel would drop at random and strand uses.
@@ -609,18 +608,19 @@ class Overload:
     HIGH = RX_RING_FRAMES // 2
     LOW = RX_RING_FRAMES // 4
     PERIOD = 0.002
+    STEP_FULL = SHED_FULL // 4
     STEP_UP = SHED_FULL // 16
     STEP_DOWN = SHED_FULL // 512
 
     def __init__(self):
         self.level = 0
-        self.deepest = 0  # the most frames that waited in a ring in this period
+        self.deepest = 0  # the most frames a ring held in this period
         self._before = 0  # ... in the period before
         self._next = 0.0
         self._said = -60.0  # when the log last said the switch sheds
 
     def behind(self, backlog: int):
-        """A ring was ``backlog`` frames behind (``Port.backlog``)."""
+        """A ring held ``backlog`` frames (``Port.backlog``)."""
         if backlog > self.deepest:
             self.deepest = backlog
 
@@ -632,9 +632,10 @@ class Overload:
         if deepest >= self.FULL or deepest >= self.HIGH and deepest > self._before:
             if not self.level and now - self._said >= 10:  # a line at most every 10 s
                 self._said = now
-                log.info("overloaded: %d frames waited in a receive ring, shedding whole "
+                log.info("overloaded: a receive ring held %d frames, shedding whole "
                          "slot uses", deepest)
-            self.level = min(SHED_FULL, self.level + self.STEP_UP)
+            step = self.STEP_FULL if deepest >= self.FULL else self.STEP_UP
+            self.level = min(SHED_FULL, self.level + step)
         elif deepest < self.LOW and self.level:
             self.level = max(0, self.level - max(self.STEP_DOWN, self.level // 16))
         self._before = deepest
