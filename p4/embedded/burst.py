@@ -156,7 +156,7 @@ def shed_mask(p, member: tuple, slot_ids: np.ndarray, frames: np.ndarray,
       kept, so that the kept ones stay one window; over many windows the share
       shed is ``level / SHED_FULL`` (``p.shed_due``: frames owed to shedding).
     * A retransmission of a completed use (its result is answered one by one) is
-      shed: the worker sends it again.
+      shed at a level above 0: the worker sends it again.
     """
     worker, n_workers = member[0], member[3]
     mask = np.uint32(1 << worker)
@@ -178,7 +178,7 @@ def shed_mask(p, member: tuple, slot_ids: np.ndarray, frames: np.ndarray,
     held[held == (1 << n_workers) - 1] = 0
     p.shed_held[copies[fresh]] = held[fresh]
     p.shed_pending += int(np.count_nonzero(held[fresh])) - int(np.count_nonzero(was[fresh]))
-    return shed | (~opened & seen)
+    return shed | (~opened & seen) if level else shed
 
 
 def apply_window(p, in_port: int, slots, lengths, frames: np.ndarray, found=None) -> bool:
