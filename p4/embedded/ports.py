@@ -592,30 +592,25 @@ class PortSet:
 
 class Overload:
     """The shed level of a switch (0: none .. ``burst.SHED_FULL``: every slot use not
-    opened yet), from how far its receive rings are behind, with hysteresis.
+    opened yet), from how full its receive rings are.
 
     Every ``PERIOD`` seconds it looks at the most frames a ring held in that period
-    (``Port.backlog``): ``FULL`` or more (the kernel is about to drop at random),
-    and the level goes up by ``STEP_FULL``; ``HIGH`` or more and more than in the
-    period before (the shedding so far does not catch up), by ``STEP_UP``; under
-    ``LOW``, it goes down by a sixteenth, at least ``STEP_DOWN``; else it stays. The rings are let fill to half before
-    anything is shed: a switch that is behind reads long bursts, which cost it less
-    per frame than the short ones it reads when it keeps up; and it sheds before a
-    ring is full, where the kernel would drop at random and strand uses.
+    (``Port.backlog``) and sets the level in proportion to how far that is past
+    ``LOW``: none up to ``LOW``, everything from ``FULL`` on (where the kernel is
+    about to drop at random and strand uses). The rings are let fill to a quarter
+    before anything is shed: a switch that is behind reads long bursts, which cost
+    it less per frame than the short ones it reads when it keeps up. The level
+    follows the rings, with nothing kept from before: once a stall (the switch
+    descheduled, say) is worked off, it sheds no more than the load needs.
     """
 
     FULL = RX_RING_FRAMES * 7 // 8
-    HIGH = RX_RING_FRAMES // 2
     LOW = RX_RING_FRAMES // 4
     PERIOD = 0.002
-    STEP_FULL = SHED_FULL // 4
-    STEP_UP = SHED_FULL // 16
-    STEP_DOWN = SHED_FULL // 512
 
     def __init__(self):
         self.level = 0
         self.deepest = 0  # the most frames a ring held in this period
-        self._before = 0  # ... in the period before
         self._next = 0.0
         self._said = -60.0  # when the log last said the switch sheds
 
@@ -628,15 +623,12 @@ class Overload:
         if now < self._next:
             return
         self._next = now + self.PERIOD
-        deepest = self.deepest
-        if deepest >= self.FULL or deepest >= self.HIGH and deepest > self._before:
-            if not self.level and now - self._said >= 10:  # a line at most every 10 s
-                self._said = now
-                log.info("overloaded: a receive ring held %d frames, shedding whole "
-                         "slot uses", deepest)
-            step = self.STEP_FULL if deepest >= self.FULL else self.STEP_UP
-            self.level = min(SHED_FULL, self.level + step)
-        elif deepest < self.LOW and self.level:
-            self.level = max(0, self.level - max(self.STEP_DOWN, self.level // 16))
-        self._before = deepest
-        self.deepest = 0
+        deepest, self.deepest = self.deepest, 0
+        if deepest <= self.LOW:
+            self.level = 0
+            return
+        if not self.level and now - self._said >= 10:  # a line at most every 10 s
+            self._said = now
+            log.info("overloaded: a receive ring held %d frames, shedding whole slot uses",
+                     deepest)
+        self.level = min(SHED_FULL, SHED_FULL * (deepest - self.LOW) // (self.FULL - self.LOW))
