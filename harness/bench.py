@@ -3,9 +3,13 @@
 ``switch``: aggregation packets per second through one switch process (embedded or
 BMv2) on one core. Four worker ports on veth pairs; a sender on the other core
 replays precomputed contributions of a 4-worker job (every slot of a window used
-with alternating copies, as agents do) at a fixed offered rate, in bursts of 32; the
-switch's own P4Runtime counters say how many it aggregated. Both targets get the
-same frames and the same pacing. Run as root::
+with alternating copies, as agents do) at a fixed offered rate, in bursts of 32 per
+worker; the switch's own P4Runtime counters say how many it aggregated. Both
+targets get the same frames and the same pacing. After the sweep it offers twice
+the peak (overload). The sender reads no results and never retransmits: a use the
+switch drops is lost, and the sender's next use of that slot then looks to the
+switch like retransmissions of the use before (which an overloaded embedded switch
+sheds too). Run as root::
 
     python -m qaina_bench.harness.bench switch --target embedded --target bmv2
 
@@ -16,8 +20,10 @@ same frames and the same pacing. Run as root::
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -29,6 +35,7 @@ import numpy as np
 
 from ..hosts.lanes import LaneFormat
 from ..p4 import program
+from ..p4.constants import Drop
 from ..p4.embedded.ports import Port
 from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
 from .control import SwitchConnection
@@ -104,8 +111,8 @@ def _bursts(frames: list[tuple[int, bytes]], size: int) -> list[list[tuple[int, 
     return out
 
 
-#: offered contributions/s of the default sweep, per target: up to twice the peak
-DEFAULT_RATES = {"embedded": [100_000, 200_000, 300_000, 400_000, 500_000, 600_000],
+#: offered contributions/s of the default sweep, per target (then twice its peak)
+DEFAULT_RATES = {"embedded": [100_000, 200_000, 300_000, 400_000, 500_000],
                  "bmv2": [1_000, 2_000, 3_000, 4_000, 8_000, 12_000]}
 
 
@@ -158,17 +165,23 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
             sent += BURST
             next_t += interval
         elapsed = time.perf_counter() - start
+        sent -= sum(p.tx_errors for p in senders)  # frames the sender's rings had no room for
         time.sleep(0.5 if kind == "embedded" else 2.0)  # let the switch finish its queue
         counters = conn.read_counters()
         aggregated = counters["MyIngress.agg_packets"][0][0]
         closed = counters["MyIngress.slots_closed"][0][0]
+        drops = counters["MyIngress.drops"]
         fmt = job.fmt
         elems = closed * words * fmt.lanes
-        return {"target": kind, "bits": bits, "words": words, "lanes": fmt.lanes,
-                "offered_pps": sent / elapsed,
-                "aggregated_pps": aggregated / elapsed, "aggregated_fraction": aggregated / sent,
-                "completions_per_s": closed / elapsed,
-                "fp32_gbps": elems * 32 / elapsed / 1e9}
+        out = {"target": kind, "bits": bits, "words": words, "lanes": fmt.lanes,
+               "offered_pps": sent / elapsed,
+               "aggregated_pps": aggregated / elapsed, "aggregated_fraction": aggregated / sent,
+               "completions_per_s": closed / elapsed,
+               "completed_pps": closed * WORKERS / elapsed,
+               "fp32_gbps": elems * 32 / elapsed / 1e9,
+               "sent": sent, "aggregated": aggregated, "closed": closed,
+               "duplicates": drops.get(Drop.DUPLICATE, (0, 0))[0],
+               "retx_answered": counters["MyIngress.retx_answered"].get(0, (0, 0))[0]}
     finally:
         for s in socks:
             s.close()
@@ -176,6 +189,25 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
             conn.close()
         target.stop()
         veths.remove()
+    out.update(_switch_stats(target.log_path))
+    return out
+
+
+def _switch_stats(log_path: Path) -> dict:
+    """What the embedded switch's log says it did at its ports when it stopped: frames
+    the kernel dropped from its receive rings, and frames it shed itself (0 where the
+    log does not say, e.g. BMv2's)."""
+    totals = {"kernel_drops": 0, "shed": 0}
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return totals
+    found = re.findall(r"port stats (\{.*\})", text)
+    if found:
+        for port in ast.literal_eval(found[-1]).values():
+            totals["kernel_drops"] += port.get("rx_dropped", 0)
+            totals["shed"] += port.get("shed", 0)
+    return totals
 
 
 def testbed_bench(topo: str, bits: int, bw: float | None, iterations: int, workdir: Path,
@@ -480,7 +512,8 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
                  repeat: int = 1, words_list=(QAINA_WORDS,)) -> int:
     """Print offered and aggregated pps per target, bit width, payload size and rate
     (mean, and the range over ``repeat`` runs); with two targets, the ratio of their
-    best means."""
+    best means. Without ``rates``: a sweep, then twice its peak (the most aggregated,
+    mean of the runs), and how much of the peak the switch keeps there (overload)."""
     from .targets import bmv2_missing, toolchain
     if "bmv2" in kinds and bmv2_missing():
         print(f"bmv2: {bmv2_missing()}")
@@ -488,25 +521,36 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
     if "bmv2" in kinds:
         print(f"bmv2: {toolchain()['simple_switch_grpc']}")
     print(f"{'target':>8} {'bits':>4} {'m':>2} {'words':>5} {'offered pps':>12} "
-          f"{'aggregated pps':>15} {'range':>17} {'agg %':>6} {'fp32 Gbit/s':>11}")
+          f"{'aggregated pps':>15} {'range':>17} {'agg %':>6} {'done %':>6} {'kdrop %':>7} "
+          f"{'shed %':>6} {'fp32 Gbit/s':>11}")
     best: dict[tuple[str, int, int], float] = {}
+    overload = []
     with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
+        def point(kind, bits, words, rate):
+            runs = [switch_bench(kind, bits, rate, seconds, Path(tmp), words)
+                    for _ in range(repeat)]
+            _print_point(kind, bits, words, runs)
+            return runs
+
         for kind in kinds:
             for bits in bits_list:
                 for words in words_list:
+                    key = kind, bits, words
                     for rate in rates or DEFAULT_RATES[kind]:
-                        runs = [switch_bench(kind, bits, rate, seconds, Path(tmp), words)
-                                for _ in range(repeat)]
-                        agg = [r["aggregated_pps"] for r in runs]
-                        offered = float(np.mean([r["offered_pps"] for r in runs]))
-                        mean = float(np.mean(agg))
-                        key = kind, bits, words
+                        runs = point(kind, bits, words, rate)
+                        mean = float(np.mean([r["aggregated_pps"] for r in runs]))
                         best[key] = max(best.get(key, 0.0), mean)
-                        print(f"{kind:>8} {bits:>4} {runs[0]['lanes']:>2} {words:>5} "
-                              f"{offered:>12,.0f} {mean:>15,.0f} "
-                              f"{min(agg):>8,.0f}-{max(agg):<8,.0f} "
-                              f"{100 * mean / offered:>5.1f}% "
-                              f"{np.mean([r['fp32_gbps'] for r in runs]):>11.3f}", flush=True)
+                    if not rates:
+                        runs = point(kind, bits, words, 2 * best[key])
+                        overload.append((key, best[key], runs))
+    for (kind, bits, words), peak, runs in overload:
+        agg = [r["aggregated_pps"] for r in runs]
+        offered = float(np.mean([r["offered_pps"] for r in runs]))
+        print(f"{kind} b={bits}, {words} words: peak {peak:,.0f} pps; offered "
+              f"{offered:,.0f} ({offered / peak:.2f}x the peak) it aggregated "
+              f"{np.mean(agg):,.0f} ({min(agg):,.0f}-{max(agg):,.0f}): "
+              f"{100 * np.mean(agg) / peak:.0f}% of the peak "
+              f"({100 * min(agg) / peak:.0f}-{100 * max(agg) / peak:.0f}%, {len(agg)} runs)")
     if len(kinds) == 2:
         a, b = kinds
         for bits in bits_list:
@@ -515,6 +559,25 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
                       f"{best[a, bits, words]:,.0f} pps, {b} {best[b, bits, words]:,.0f} pps: "
                       f"ratio {best[a, bits, words] / best[b, bits, words]:.1f}")
     return 0
+
+
+def _print_point(kind: str, bits: int, words: int, runs: list[dict]):
+    """One row: means over the runs, and the range of the aggregated pps. ``done``:
+    contributions in completed slot uses; ``kdrop``: frames the kernel dropped from
+    the switch's full receive rings; ``shed``: frames the switch shed (whole slot
+    uses), each a share of what was offered."""
+    agg = [r["aggregated_pps"] for r in runs]
+    offered = float(np.mean([r["offered_pps"] for r in runs]))
+    mean = float(np.mean(agg))
+    sent = sum(r["sent"] for r in runs)
+    share = {k: 100 * sum(r[k] for r in runs) / sent for k in ("kernel_drops", "shed")}
+    print(f"{kind:>8} {bits:>4} {runs[0]['lanes']:>2} {words:>5} "
+          f"{offered:>12,.0f} {mean:>15,.0f} "
+          f"{min(agg):>8,.0f}-{max(agg):<8,.0f} "
+          f"{100 * mean / offered:>5.1f}% "
+          f"{100 * np.mean([r['completed_pps'] for r in runs]) / offered:>5.1f}% "
+          f"{share['kernel_drops']:>6.1f}% {share['shed']:>5.1f}% "
+          f"{np.mean([r['fp32_gbps'] for r in runs]):>11.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from qaina_bench.harness.jobs import (Job, Worker, program_aggregator, program_g
                                       program_route)
 from qaina_bench.p4.constants import Drop
 from qaina_bench.hosts.lanes import LaneFormat
+from qaina_bench.p4.embedded import burst
 from qaina_bench.p4.embedded import pipeline as pl
 from qaina_bench.p4.header import QAINA_OFFSET
 from qaina_bench.p4.p4info import P4Info
@@ -83,14 +84,14 @@ def test_burst_paths_match_the_per_packet_path(bits, faults, monkeypatch):
             other = [f for v, f in frames if v == (w + 1) % 4][:8]
             frames[k + 1:k + 1] = [(w, f) for f in other]
     fast_bursts = []
-    original = pl.apply_window
+    original = burst.apply_window
 
     def counting(*args):
         done = original(*args)
         fast_bursts.append(done)
         return done
 
-    monkeypatch.setattr(pl, "apply_window", counting)
+    monkeypatch.setattr(burst, "apply_window", counting)
     out_ref, out_burst = [], []
     ref = make_pipeline(job, out_ref)
     new = make_pipeline(job, out_burst)

@@ -5,8 +5,15 @@ its job is applied with numpy at once: first contributions are summed, duplicate
 dropped, retransmissions of completed uses answered in their turn. Packets to
 different slots touch disjoint register cells, so this leaves the registers,
 counters and results that the per-packet path (``Pipeline._process_frames``, the
-reference) leaves; ``tests/test_pipeline_burst.py`` checks it frame for frame. Any
+reference) leaves; ``tests/test_pipeline_burst.py`` checks it frame for frame. A
+burst whose slots are not in increasing order (a window that wraps to the next use
+of its slots, or a duplicate) is applied piece by piece, each piece a window. Any
 other burst is left untouched for the per-packet path.
+
+Overload: ``take_burst`` with a shed level drops the contributions of whole slot
+uses before anything is spent on them (``shed_mask``), so that a switch offered
+more than it can aggregate keeps aggregating at its peak instead of losing random
+frames from its full receive rings.
 """
 
 from __future__ import annotations
@@ -63,6 +70,18 @@ def count_packets(cells, cell: int, lengths, which: np.ndarray | None = None):
 def window_member(p, in_port: int, slots, lengths, frames: np.ndarray):
     """``(member, slot ids)`` if the burst is one member's first contributions to
     distinct slots that every check of ``qaina.p4`` admits, else None."""
+    found = burst_member(p, in_port, slots, lengths, frames)
+    if found is None:
+        return None
+    slot_ids = found[1]
+    if not (np.diff(slot_ids) > 0).all() and len(np.unique(slot_ids)) != len(slot_ids):
+        return None
+    return found
+
+
+def burst_member(p, in_port: int, slots, lengths, frames: np.ndarray):
+    """``(member, slot ids)`` if the burst is one member's contributions to slots of
+    its job that every check of ``qaina.p4`` admits, else None."""
     k = len(lengths)
     if min(lengths) < p.frame_len:
         return None
@@ -78,25 +97,104 @@ def window_member(p, in_port: int, slots, lengths, frames: np.ndarray):
         return None
     first_slot, end_slot = member[4], member[5]
     slot_ids = frames[:k, _SLOT].view(">u2")[:, 0].astype(np.intp)
-    increasing = (np.diff(slot_ids) > 0).all()  # a window in order: distinct slots
-    lowest, highest = ((slot_ids[0], slot_ids[-1]) if increasing
-                       else (slot_ids.min(), slot_ids.max()))
-    if (lowest < first_slot or highest >= end_slot
-            or not increasing and len(np.unique(slot_ids)) != k):
+    if slot_ids.min() < first_slot or slot_ids.max() >= end_slot:
         return None
     return member, slot_ids
 
 
-def apply_window(p, in_port: int, slots, lengths, frames: np.ndarray) -> bool:
+def take_burst(p, in_port: int, slots, lengths, frames: np.ndarray, level: int = 0,
+               shedding: bool = False) -> bool:
+    """Apply a burst of one member's contributions as windows: pieces of it whose
+    slots increase, in order; ``shedding`` (the switch is overloaded, or uses are
+    still half shed), first shed whole slot uses at shed level ``level``
+    (``shed_mask``). Returns False, having changed nothing, for any other burst."""
+    found = burst_member(p, in_port, slots, lengths, frames)
+    if found is None:
+        return False
+    member, slot_ids = found
+    k = len(lengths)
+    bounds = [0, *(np.flatnonzero(np.diff(slot_ids) <= 0) + 1).tolist(), k]
+    for a, b in zip(bounds, bounds[1:]):
+        runs = [(a, b)]
+        if shedding:
+            shed = shed_mask(p, member, slot_ids[a:b], frames[a:b], level)
+            if shed.any():
+                p.shed_packets += int(shed.sum())
+                runs = [(a + x, a + y) for x, y in _runs(~shed)]
+        for x, y in runs:
+            if p.pre.pending:  # results leave in the order of the frames that caused them
+                p.pre.flush()
+            if y - x < BURST_MIN:
+                p._process_frames(in_port, slots[x:y], lengths[x:y])
+            else:
+                apply_window(p, in_port, slots[x:y], lengths[x:y], frames[x:y],
+                             (member, slot_ids[x:y]))
+    return True
+
+
+def _runs(keep: np.ndarray) -> list[tuple[int, int]]:
+    """The runs of True in ``keep`` as ``(start, stop)``."""
+    edges = np.flatnonzero(np.diff(keep.view(np.int8), prepend=0, append=0))
+    return list(zip(edges[0::2].tolist(), edges[1::2].tolist()))
+
+
+SHED_FULL = 1 << 16  # a shed level of SHED_FULL sheds every use not opened yet
+
+
+def shed_mask(p, member: tuple, slot_ids: np.ndarray, frames: np.ndarray,
+              level: int) -> np.ndarray:
+    """Which contributions of one member's window (distinct slots) to shed at shed
+    level ``level`` (1..SHED_FULL): whole slot uses, never part of one.
+
+    * A use a contribution has opened (its count above 0) takes every later one:
+      nothing is stranded half aggregated.
+    * A use whose first arriving contribution was shed sheds the others too
+      (``p.shed_held``: the workers shed from the copy's current use); once all n
+      are shed the use is as if never sent, and the workers' retransmissions start
+      it afresh. A worker shed before that sends again (a retransmission, or the
+      sender lost one of the others): the use is judged afresh.
+    * The uses nobody has touched yet are the window's to decide (none at level
+      0, when the switch is no longer overloaded): all shed or all
+      kept, so that the kept ones stay one window; over many windows the share
+      shed is ``level / SHED_FULL`` (``p.shed_due``: frames owed to shedding).
+    * A retransmission of a completed use (its result is answered one by one) is
+      shed at a level above 0: the worker sends it again.
+    """
+    worker, n_workers = member[0], member[3]
+    mask = np.uint32(1 << worker)
+    copies = slot_ids + frames[:, _VER].astype(np.intp) * p.pool_slots
+    opened = p.agg_count[copies] != 0
+    seen = (p.agg_seen[copies] & mask) != 0
+    was = p.shed_held[copies]
+    fresh = ~opened & ~seen
+    held = np.where((was & mask) != 0, 0, was)  # shed before: judged afresh
+    shed = fresh & (held != 0)
+    undecided = fresh & (held == 0)
+    count = int(undecided.sum())
+    if count:
+        p.shed_due += count * level / SHED_FULL
+        if p.shed_due >= count / 2:
+            p.shed_due -= count
+            shed |= undecided
+    held = np.where(shed, held | mask, held)
+    held[held == (1 << n_workers) - 1] = 0
+    p.shed_held[copies[fresh]] = held[fresh]
+    p.shed_pending += int(np.count_nonzero(held[fresh])) - int(np.count_nonzero(was[fresh]))
+    return shed | (~opened & seen) if level else shed
+
+
+def apply_window(p, in_port: int, slots, lengths, frames: np.ndarray, found=None) -> bool:
     """Apply the burst with numpy if it is one member's window (see the module
     docstring); returns False, having changed nothing, for any other burst.
+    ``found``: what ``window_member`` says of the burst, if known.
 
     Contributions the worker made before are duplicates (dropped) or retransmissions
     of completed uses (answered, in their turn).
     """
-    found = window_member(p, in_port, slots, lengths, frames)
     if found is None:
-        return False
+        found = window_member(p, in_port, slots, lengths, frames)
+        if found is None:
+            return False
     member, slot_ids = found
     worker = member[0]
     k = len(lengths)

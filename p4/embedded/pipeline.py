@@ -34,7 +34,7 @@ from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_RESULT, FLAG_RETX, IP_CSU
                       PAYLOAD_WORDS, QAINA_AT, QAINA_UDP_PORT, UDP_CSUM, UDP_DPORT,
                       ipv4_checksum, wire)
 from ..p4info import P4Info
-from .burst import BURST_MIN, apply_window
+from .burst import BURST_MIN, take_burst
 from .parser import ETHERTYPE_IPV4, FRAGMENT, HEADERS, IP_PROTO_UDP
 from .replication import PortTx, Replication
 from .tables import PipelineError, Table
@@ -152,6 +152,13 @@ class Pipeline:
             "MyIngress.agg_final": self.agg_final,
             "MyIngress.agg_seq": self.agg_seq,
         }
+        #: not the program's: per slot copy, the workers whose contribution to its
+        #: current use the overloaded switch shed (``burst.shed_mask``), how many
+        #: frames it shed, and how many it still owes to its shed level
+        self.shed_held = np.zeros(copies, dtype=np.uint32)
+        self.shed_packets = 0
+        self.shed_due = 0.0
+        self.shed_pending = 0  # slot copies whose use is half shed (shed_held not 0)
         self._seen = memoryview(self.agg_seen)
         self._count = memoryview(self.agg_count)
         self._exp = memoryview(self.agg_exp)
@@ -244,7 +251,8 @@ class Pipeline:
         view[:length] = memoryview(frame).cast("B")[:length]
         self.process_burst(in_port, self._own_slot, (length,))
 
-    def process_burst(self, in_port: int, slots, lengths, frames: np.ndarray | None = None):
+    def process_burst(self, in_port: int, slots, lengths, frames: np.ndarray | None = None,
+                      shed_level: int = 0):
         """Run frames received on ``in_port``, in order, through the pipeline.
 
         ``slots[i]`` is a ``frame_slot`` holding frame ``i`` (``lengths[i]`` bytes) at
@@ -252,11 +260,15 @@ class Pipeline:
         given, is the same memory as a uint8 array with frame ``i`` at the start of
         row ``i``. Whatever the frames cause is sent before this returns, in the order
         of the frames that caused it. An error inside is counted (``internal``) and
-        logged; it never stops the switch.
+        logged; it never stops the switch. ``shed_level`` > 0: the switch is overloaded,
+        shed that share of the slot uses not opened yet (``burst.shed_mask``; counted
+        in ``shed_packets``, not by the program, like frames a full queue drops).
         """
         try:
-            if (frames is None or len(lengths) < BURST_MIN
-                    or not apply_window(self, in_port, slots, lengths, frames)):
+            if frames is not None and (shed_level or self.shed_pending):
+                self._shed_burst(in_port, slots, lengths, frames, shed_level)
+            elif (frames is None or len(lengths) < BURST_MIN
+                    or not take_burst(self, in_port, slots, lengths, frames)):
                 self._process_frames(in_port, slots, lengths)
         except Exception:
             self._internal_error(sum(lengths), len(lengths))
@@ -267,6 +279,17 @@ class Pipeline:
                 except Exception:
                     self.pre.pending.clear()
                     self._internal_error(0, 0)
+
+    def _shed_burst(self, in_port: int, slots, lengths, frames: np.ndarray, level: int):
+        """``process_burst`` while the switch sheds, or some slot uses are half shed:
+        every contribution goes through ``burst.shed_mask``, a burst that is not one
+        member's frame by frame."""
+        if take_burst(self, in_port, slots, lengths, frames, level, shedding=True):
+            return
+        for i, length in enumerate(lengths):
+            if not take_burst(self, in_port, slots[i:i + 1], lengths[i:i + 1],
+                              frames[i:i + 1], level, shedding=True):
+                self._process_frames(in_port, slots[i:i + 1], (length,))
 
     def _process_frames(self, in_port: int, slots, lengths):
         """The program, frame after frame (the reference for the burst path)."""

@@ -6,6 +6,14 @@ queueing frames there and handing them to the kernel with one ``send()`` per bur
 Where a ring cannot be set up, the port receives with ``recv_into`` and sends with
 ``send`` on its socket instead (a log line says so); ``QAINA_SWITCH_RINGS=0`` in the
 environment selects that path for every port.
+
+Overload: offered more than it can aggregate, a switch that let its receive rings
+fill would lose random frames (the kernel drops what finds its ring full), each of
+which strands a slot use, and would spend its time on what follows from that. The
+receive loop instead watches how far its rings are behind (``Port.backlog``) and
+sets a shed level (``Overload``) at which the pipeline drops the contributions of
+whole slot uses before spending anything on them (``burst.shed_mask``), like a
+queue that drops whole packets rather than cells.
 """
 
 from __future__ import annotations
@@ -17,9 +25,11 @@ import os
 import select
 import socket
 import struct
+import time
 
 import numpy as np
 
+from .burst import SHED_FULL
 from .pipeline import SLOT_ALIGN_OFFSET, frame_slot
 
 log = logging.getLogger("qaina.switch.ports")
@@ -29,6 +39,7 @@ SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h, Linux >= 4.20
 SOCKET_BUFFER = 4 << 20
 BURST = 64  # frames read from one port before looking at the others
+BURST_SHEDDING = 256  # ... while the switch sheds (fewer rounds for the same frames)
 
 # linux/if_packet.h: PACKET_MMAP with TPACKET_V2.
 PACKET_RX_RING = 5
@@ -145,6 +156,7 @@ class Port:
         self.sock = sock
         self.rx_packets = 0
         self.rx_dropped = 0  # dropped by the kernel: the ring or socket queue was full
+        self.shed = 0  # frames of whole slot uses the overloaded switch shed
         self.tx_packets = 0
         self.tx_errors = 0
         self.tx_queued = 0  # frames in the tx ring not yet handed to the kernel
@@ -175,6 +187,7 @@ class Port:
         if self._rx_map is None:
             self.receive = self._receive_socket
             self.release = self._release_nothing
+            self.backlog = self._backlog_unknown
         if self._tx_map is None:
             self.send = self._send_socket
             self.send_block = self._send_each
@@ -207,14 +220,14 @@ class Port:
         self._rx_snaplen_col = np.ndarray((count,), np.uint32, offset=8, **column)
         self._rx_mac_col = np.ndarray((count,), np.uint16, offset=12, **column)
 
-    def receive(self):
+    def receive(self, most: int = BURST):
         """Frames ready in the receive ring: ``(slots, lengths, frames)``.
 
-        At most BURST frames, and none past the end of the ring; ``frames`` is the
+        At most ``most`` frames, and none past the end of the ring; ``frames`` is the
         same frames as the rows of one array (None if one had to be copied elsewhere).
         """
         head = self._rx_head
-        limit = min(BURST, self._rx_count - head)
+        limit = min(most, self._rx_count - head)
         # The kernel fills slots in ring order and we release them in ring order, so
         # the ready frames are the slots from head on up to the first one it still owns.
         status = self._rx_status_col[head:head + limit]
@@ -246,6 +259,21 @@ class Port:
                     tag = words[i + 6]  # tp_vlan_tci | tp_vlan_tpid << 16
                     lengths[k] = restore_vlan_tag(slots[k][0], n, status, tag & 0xFFFF,
                                                   tag >> 16)
+
+    def backlog(self) -> int:
+        """How many frames the receive ring holds, those of the last ``receive()``
+        included (the kernel fills slots in ring order, so they are the slots from
+        the head on up to the first one it owns: a binary search of the slot
+        headers)."""
+        status, count, head = self._rx_status_col, self._rx_count, self._rx_head
+        low, high = 0, count  # slots low.. may hold frames, high.. do not
+        while low < high:
+            middle = (low + high) // 2
+            if status[(head + middle) % count] & TP_STATUS_USER:
+                low = middle + 1
+            else:
+                high = middle
+        return low
 
     def release(self):
         """Give the frames of the last ``receive()`` back to the kernel."""
@@ -386,7 +414,7 @@ class Port:
             self._tx_sock = None
 
     # -- socket path --------------------------------------------------------------------
-    def _receive_socket(self):
+    def _receive_socket(self, most: int = BURST):
         recvmsg_into = self.sock.recvmsg_into
         slots, lengths = self._row_slots, []
         for slot in slots:
@@ -409,6 +437,10 @@ class Port:
 
     def _release_nothing(self):
         pass
+
+    @staticmethod
+    def _backlog_unknown() -> int:
+        return 0  # the socket path does not say how much waits: it never sheds
 
     def _send_socket(self, frame):
         try:
@@ -474,6 +506,7 @@ class PortSet:
             self.close()
             raise
         self._by_fd = {p.sock.fileno(): p for p in self.ports.values()}
+        self.overload = Overload()
         self.stopping = False
 
     def send(self, port: int, frame):
@@ -490,7 +523,8 @@ class PortSet:
         """Receive until ``stop()``; every frame goes to ``device.pipeline``.
 
         The frames the pipeline sends in answer to one round of ready ports are handed
-        to the kernel together, one ``flush()`` per port.
+        to the kernel together, one ``flush()`` per port. After each round the shed
+        level follows how far the rings are behind (``Overload``).
         """
         poller = select.epoll()
         for fd in self._by_fd:
@@ -498,27 +532,35 @@ class PortSet:
         ports = list(self.ports.values())
         by_fd = self._by_fd
         drain = self._drain
+        overload = self.overload
         waiting = False  # frames left in a transmit ring for want of socket buffer
         try:
             while not self.stopping:
+                level = overload.level
                 for fd, _ in poller.poll(0.001 if waiting else 0.2):
-                    drain(by_fd[fd], device)
+                    drain(by_fd[fd], device, overload, level)
                 waiting = False
                 for p in ports:
                     if p.tx_queued and not self._flush(p):
                         waiting = True
+                overload.update(time.monotonic())
         finally:
             poller.close()
 
     @staticmethod
-    def _drain(port: Port, device):
-        slots, lengths, frames = port.receive()
+    def _drain(port: Port, device, overload: Overload, level: int):
+        most = BURST_SHEDDING if level else BURST
+        slots, lengths, frames = port.receive(most)
         if not lengths:
             return
+        if level or len(lengths) == most:  # the ring may hold more
+            overload.behind(port.backlog())
         try:
             pipeline = device.pipeline
             if pipeline is not None:  # no program yet: dropped, like BMv2 with --no-p4
-                pipeline.process_burst(port.number, slots, lengths, frames)
+                before = pipeline.shed_packets
+                pipeline.process_burst(port.number, slots, lengths, frames, level)
+                port.shed += pipeline.shed_packets - before
         finally:
             port.release()
 
@@ -542,6 +584,51 @@ class PortSet:
             p.close()
 
     def stats(self) -> dict:
-        return {p.ifname: {"rx": p.rx_packets, "rx_dropped": p.kernel_drops(), "rx_mode": p.rx_mode,
+        return {p.ifname: {"rx": p.rx_packets, "rx_dropped": p.kernel_drops(), "shed": p.shed,
+                           "rx_mode": p.rx_mode,
                            "tx": p.tx_packets, "tx_errors": p.tx_errors, "tx_mode": p.tx_mode}
                 for p in self.ports.values()}
+
+
+class Overload:
+    """The shed level of a switch (0: none .. ``burst.SHED_FULL``: every slot use not
+    opened yet), from how full its receive rings are.
+
+    Every ``PERIOD`` seconds it looks at the most frames a ring held in that period
+    (``Port.backlog``) and sets the level in proportion to how far that is past
+    ``LOW``: none up to ``LOW``, everything from ``FULL`` on (where the kernel is
+    about to drop at random and strand uses). The rings are let fill to a quarter
+    before anything is shed: a switch that is behind reads long bursts, which cost
+    it less per frame than the short ones it reads when it keeps up. The level
+    follows the rings, with nothing kept from before: once a stall (the switch
+    descheduled, say) is worked off, it sheds no more than the load needs.
+    """
+
+    FULL = RX_RING_FRAMES * 7 // 8
+    LOW = RX_RING_FRAMES // 4
+    PERIOD = 0.002
+
+    def __init__(self):
+        self.level = 0
+        self.deepest = 0  # the most frames a ring held in this period
+        self._next = 0.0
+        self._said = -60.0  # when the log last said the switch sheds
+
+    def behind(self, backlog: int):
+        """A ring held ``backlog`` frames (``Port.backlog``)."""
+        if backlog > self.deepest:
+            self.deepest = backlog
+
+    def update(self, now: float):
+        if now < self._next:
+            return
+        self._next = now + self.PERIOD
+        deepest, self.deepest = self.deepest, 0
+        if deepest <= self.LOW:
+            self.level = 0
+            return
+        if not self.level and now - self._said >= 10:  # a line at most every 10 s
+            self._said = now
+            log.info("overloaded: a receive ring held %d frames, shedding whole slot uses",
+                     deepest)
+        self.level = min(SHED_FULL, SHED_FULL * (deepest - self.LOW) // (self.FULL - self.LOW))
