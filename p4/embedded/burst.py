@@ -163,8 +163,9 @@ def shed_mask(p, member: tuple, slot_ids: np.ndarray, frames: np.ndarray,
     worker, n_workers = member[0], member[3]
     mask = np.uint32(1 << worker)
     copies = slot_ids + frames[:, _VER].astype(np.intp) * p.pool_slots
-    opened = p.agg_count[copies] != 0
-    seen = (p.agg_seen[copies] & mask) != 0
+    ours = p.agg_owner[copies] == int(frames[0, _JOB].view(">u2")[0])  # else: not begun
+    opened = (p.agg_count[copies] != 0) & ours
+    seen = ((p.agg_seen[copies] & mask) != 0) & ours
     was = p.shed_held[copies]
     fresh = ~opened & ~seen
     held = np.where((was & mask) != 0, 0, was)  # shed before: judged afresh
