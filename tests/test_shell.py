@@ -22,13 +22,13 @@ import pytest
 
 from conftest import IS_ROOT, SwitchLab
 from qaina_bench.harness.control import PRIMARY_ELECTION_ID
+from qaina_bench.p4.p4info import P4Info
 from qaina_bench.harness.record import RunRecord, record_dir
 from qaina_bench.harness.shelltool import (PROJECT_DIR, ShellError, backup_election_id,
                                            find_switch, shell_python, shell_venv)
 
 CLIENT = Path(__file__).with_name("shell_client.py")
-TABLES = ["MyEgress.result_rewrite", "MyIngress.aggregator_addr", "MyIngress.ipv4_lpm",
-          "MyIngress.job_table", "MyIngress.member_table"]
+TABLES = sorted(t.name for t in P4Info.load().tables.values())  # what the shell must list
 
 
 @pytest.fixture(scope="session")
