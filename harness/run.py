@@ -273,6 +273,9 @@ class Run:
         with deferred_signals():
             self.testbed.start()
         self.switch_program = self.testbed.switch_program()
+        #: where each embedded switch writes its ports' counters when it stops
+        self.port_stats = {sw.name: sw.target.stats_path for sw in self.testbed.net.switches
+                           if hasattr(sw.target, "stats_path")}
         self.interfaces = self.testbed.interface_peers()
         self.events["network_up"] = time.time()
         agg = topo.aggregator
@@ -555,6 +558,17 @@ class Run:
                 "admitted_s": since(a.admitted) if a else None,
                 "left_s": since(a.left) if a else None}
 
+    def _switch_ports(self) -> dict | None:
+        """The embedded switches' port counters as they wrote them on stopping (None
+        for BMv2)."""
+        out = {}
+        for name, path in getattr(self, "port_stats", {}).items():
+            try:
+                out[name] = json.loads(Path(path).read_text())
+            except (OSError, ValueError):
+                pass
+        return out or None
+
     def _write_results(self) -> dict:
         agents = [{"job": a.job, "worker": a.worker, "host": a.host, "records": a.records()}
                   for a in self.agents]
@@ -563,6 +577,7 @@ class Run:
                 "switch_program": self.switch_program,
                 **(self.sampler.summary() if self.sampler is not None else {}),
                 "interfaces": self.interfaces, "cpu_time": self.ledger.readings(),
+                "switch_ports": self._switch_ports(),
                 "processes": [{"name": p.name, "component": p.component, "job": p.job}
                               for p in self.ledger.tracked.values()],
                 "jobs": [{"job_id": j.job_id, "index": j.index, "bits": j.fmt.bits,

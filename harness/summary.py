@@ -158,12 +158,14 @@ def drop_summary(samples: list[dict]) -> dict[str, dict[str, int]]:
 
 
 def validity(rows: list[dict], jobs: list[dict], cpu: dict | None,
-             drops: dict[str, dict[str, int]] | None = None) -> dict:
+             drops: dict[str, dict[str, int]] | None = None,
+             ports: dict[str, dict] | None = None) -> dict:
     """What may make the run's figures untrustworthy, with a warning for each that
     applies: packets the agents refused, packets the switches' source validation
     dropped (``drops``: ``drop_summary``), retransmissions, clipped values, and jobs
     that were not network-bound (their ``fidelity``; ``cpu``: busy shares the
-    sampler kept, whose saturation is the warning of runs without a verdict)."""
+    sampler kept, whose saturation is the warning of runs without a verdict), and
+    frames an embedded switch could not take (``ports``: its port counters)."""
     sent = sum(r["packets_sent"] or 0 for r in rows)
     retx = sum(r["retransmissions"] or 0 for r in rows)
     values = sum(r["values"] or 0 for r in rows)
@@ -175,9 +177,17 @@ def validity(rows: list[dict], jobs: list[dict], cpu: dict | None,
         "retransmission_share": retx / sent if sent else 0.0,
         "clipped_share": clipped / values if values else 0.0,
         "cpu": cpu,
+        "switch_overload": {sw: {k: sum(p.get(k, 0) for p in by_port.values())
+                                 for k in ("shed", "rx_dropped")}
+                            for sw, by_port in (ports or {}).items()},
         "warnings": [],
     }
     warn = out["warnings"]
+    for sw, o in out["switch_overload"].items():
+        if o["shed"] or o["rx_dropped"]:
+            warn.append(f"switch {sw} could not keep up at times: it shed {o['shed']} frames "
+                        f"and the kernel dropped {o['rx_dropped']} from its full receive "
+                        "rings (the switch, not the links, limited the run then)")
     if out["refused_packets"]:
         warn.append(f"agents refused {out['refused_packets']} datagrams that were not results "
                     "of their aggregator: something else sent to the workers' port")
@@ -311,7 +321,8 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "cpu_cost": cpu_cost(meta.get("cpu_time"),
                              sum(j.get("elements_aggregated", 0) for j in jobs)),
         "drops": drops,
-        "validity": validity(rows, jobs, meta.get("cpu"), drops),
+        "switch_ports": meta.get("switch_ports"),
+        "validity": validity(rows, jobs, meta.get("cpu"), drops, meta.get("switch_ports")),
         "software": software_versions(),
         "config": config,
         "written": time.time(),

@@ -126,10 +126,15 @@ class EmbeddedTarget(SwitchProcess):
 
     kind = "embedded"
 
+    @property
+    def stats_path(self) -> Path:
+        """Where the switch writes its ports' counters when it stops."""
+        return self.log_path.with_suffix(".stats.json")
+
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "qaina_bench.p4.embedded",
                "--device-id", str(self.device_id), "--grpc-addr", self.grpc_addr,
-               "--log", str(self.log_path)]
+               "--log", str(self.log_path), "--stats", str(self.stats_path)]
         if self.cpu is not None:
             cmd += ["--cpu", str(self.cpu)]
         for port, ifname in sorted(self.interfaces.items()):

@@ -17,6 +17,7 @@ from qaina_bench.harness.cpustat import CpuLedger, SchedClock
 from qaina_bench.harness.fidelity import (cpu_cost, job_fidelity, link_load, overall,
                                           transfer_intervals, verdict)
 from qaina_bench.harness.summary import fidelity as summary_fidelity
+from qaina_bench.harness.summary import validity
 
 # Job 1 runs on h1 and h2 (switch s1). Its two iterations:
 #   iteration 0: worker 0 10.0-11.0, worker 1 10.1-11.2  -> 10.0-11.2
@@ -268,3 +269,16 @@ def test_the_cpu_limit_says_why_it_cannot_work(tmp_path, monkeypatch):
     (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
     monkeypatch.setenv("PATH", str(tmp_path))  # no cgroup-tools on it
     assert "apt-get install cgroup-tools" in cpulimit.limit_problem(tmp_path)
+
+
+def test_a_switch_that_shed_or_lost_frames_is_reported():
+    ports = {"s1": {"s1-eth1": {"rx": 90, "shed": 5, "rx_dropped": 2},
+                    "s1-eth2": {"rx": 80, "shed": 1, "rx_dropped": 0}},
+             "s2": {"s2-eth1": {"rx": 70, "shed": 0, "rx_dropped": 0}}}
+    v = validity([], [], None, None, ports)
+    assert v["switch_overload"] == {"s1": {"shed": 6, "rx_dropped": 2},
+                                    "s2": {"shed": 0, "rx_dropped": 0}}
+    assert [w for w in v["warnings"] if "could not keep up" in w] == [
+        "switch s1 could not keep up at times: it shed 6 frames and the kernel dropped 2 "
+        "from its full receive rings (the switch, not the links, limited the run then)"]
+    assert validity([], [], None, None, None)["switch_overload"] == {}

@@ -91,6 +91,13 @@ def test_star_four_workers_get_exact_aggregates(tmp_path, target):
                  "slots.png", "iterations.png", "logs/s1.log", "logs/agent-j1w0.log",
                  "logs/mininet.log"):
         assert (directory / name).exists(), name
+    if target == "embedded":  # the switch's port counters, written when it stopped
+        ports = summary["switch_ports"]["s1"]
+        assert sum(p["rx"] for p in ports.values()) >= job["workers"] * 3
+        # (a busy machine may stall the switch into shedding: counted, never a wrong sum)
+        assert set(summary["validity"]["switch_overload"]["s1"]) == {"shed", "rx_dropped"}
+    else:
+        assert summary["switch_ports"] is None
     requests = (directory / "logs" / "p4runtime-s1.log").read_text()
     assert "> SetForwardingPipelineConfig" in requests and "ERROR" not in requests
     if target == "bmv2":  # the compiled program is logged as its size

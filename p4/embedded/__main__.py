@@ -10,6 +10,7 @@ The switch starts without a program; the control plane sends the P4Info of
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -40,6 +41,9 @@ def main(argv=None) -> int:
     ap.add_argument("--log", help="log file (default: stderr)")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     ap.add_argument("--cpu", type=int, help="pin the switch to this CPU")
+    ap.add_argument("--stats", metavar="PATH", help="write the ports' counters (frames "
+                    "received, dropped by the kernel, shed under overload, sent) here as "
+                    "JSON when the switch stops")
     args = ap.parse_args(argv)
 
     logging.basicConfig(filename=args.log, level=args.log_level.upper(),
@@ -69,8 +73,13 @@ def main(argv=None) -> int:
         switch.run()
     finally:
         switch.close()
-        log.info("stopped after %.1f s; port stats %s", time.monotonic() - started,
-                 switch.ports.stats())
+        stats = switch.ports.stats()
+        log.info("stopped after %.1f s; port stats %s", time.monotonic() - started, stats)
+        if args.stats:
+            partial = f"{args.stats}.partial"
+            with open(partial, "w") as f:
+                json.dump(stats, f)
+            os.replace(partial, args.stats)
     return 0
 
 
