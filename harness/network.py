@@ -325,13 +325,13 @@ class Testbed:
         members = [Worker(k, w.ip, w.mac, w.port, w.host) for k, w in enumerate(direct)]
         out = {}
         top_id = self.device_ids[top]
-        to_top = self.next_hops(top)
+        to_top = self.hops(top)
         for sw, workers in sorted(below.items()):
             index = len(members)
             dev = self.device_ids[sw]
             members.append(Worker(index, ip_to_int(aggregator_ip(dev)),
-                                  mac_to_int(aggregator_mac(dev)), self.next_hops(sw)[top], sw))
-            hops = {w.host: self.next_hops(w.host)[sw] for w in workers}
+                                  mac_to_int(aggregator_mac(dev)), self.hops(sw)[top], sw))
+            hops = {w.host: self.hops(w.host)[sw] for w in workers}
             out[sw] = replace(job, workers=[Worker(k, w.ip, w.mac, hops[w.host], w.host)
                                             for k, w in enumerate(workers)],
                               upstream=Upstream(to_top[sw], ip_to_int(aggregator_ip(top_id)),
