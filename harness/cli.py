@@ -67,6 +67,11 @@ _RUN_OPTIONS = [
     click.option("--levels", type=click.IntRange(1, 2), default=DEFAULTS.levels,
                  show_default=True, help="2: every worker's own switch (a leaf) sums the "
                  "workers below it and sends one partial sum per chunk to the aggregator"),
+    click.option("--allocation", type=click.Choice(["static", "shared"]),
+                 default=DEFAULTS.allocation, show_default=True,
+                 help="static: each job holds its own --slots of the pool; shared: every "
+                 "job hashes its chunks onto the whole --pool-slots, and a chunk whose slot "
+                 "another job holds is summed on the job's fallback host (ATP)"),
     click.option("--arrivals", metavar="TIMES|poisson:GAP",
                  help="jobs arrive over time and leave when done: seconds after the start, "
                  "one per job (0,0.5,1), or poisson:GAP (mean gap in s, from --seed); a "

@@ -29,6 +29,7 @@ from .targets import TARGETS, bmv2_missing, toolchain
 
 
 MODES = ("ina", "ring", "ps")
+ALLOCATIONS = ("static", "shared")
 
 
 class ConfigError(ValueError):
@@ -90,6 +91,7 @@ class RunConfig:
     host_cpu: float | None = None  # cores of CPU time per second each host may use
     arrivals: str | None = None  # "0,0.5,1" (s) or "poisson:GAP": jobs arrive, leave when done
     levels: int = 1  # 2: the switch each worker hangs off aggregates below the aggregator
+    allocation: str = "static"  # or "shared": chunks hashed onto one shared pool (ATP)
 
     # -- io ----------------------------------------------------------------------------
     @classmethod
@@ -172,7 +174,7 @@ class RunConfig:
         if self.mode == "ina" and self.slots > self.pool_slots:
             raise PoolError(f"--slots {self.slots}: a job needs more slots than the pool of "
                             f"{self.pool_slots} holds; use fewer slots or a larger --pool-slots")
-        if (self.mode == "ina" and self.arrivals is None
+        if (self.mode == "ina" and self.arrivals is None and self.allocation == "static"
                 and self.slots * self.jobs > self.pool_slots):
             raise PoolError(f"--slots {self.slots} x {self.jobs} jobs do not fit a pool of "
                             f"{self.pool_slots} slots: use fewer jobs or slots, a larger "
@@ -191,6 +193,15 @@ class RunConfig:
         if self.levels == 2 and self.mode != "ina":
             raise ConfigError(f"--levels 2 aggregates in the switches: it needs --mode ina, "
                               f"not --mode {self.mode}")
+        if self.allocation not in ALLOCATIONS:
+            raise ConfigError(f"--allocation {self.allocation!r}: static (each job its own "
+                              "slots) or shared (one pool, collisions go to a fallback host)")
+        if self.allocation == "shared" and self.mode != "ina":
+            raise ConfigError(f"--allocation shared shares the switch's pool: it needs "
+                              f"--mode ina, not --mode {self.mode}")
+        if self.allocation == "shared" and self.levels != 1:
+            raise ConfigError("--allocation shared aggregates on one switch per job: use "
+                              "--levels 1 with it")
         if self.topo == "leafspine" and (self.spines < 1 or self.leaves < 1):
             raise ConfigError("a leaf-spine needs --spines >= 1 and --leaves >= 1")
         if self.mode not in MODES:

@@ -253,6 +253,11 @@ class SwitchConnection:
         """Delete the entries of ``(table, match, action, params)`` tuples in one Write."""
         self._write_many(p4runtime_pb2.Update.DELETE, "delete", entries)
 
+    def modify_many(self, entries):
+        """Change the actions of existing entries to those of ``(table, match, action,
+        params)`` tuples, in one Write."""
+        self._write_many(p4runtime_pb2.Update.MODIFY, "modify", entries)
+
     def _write_many(self, kind, verb: str, entries):
         updates = []
         for table, match, action, params in entries:

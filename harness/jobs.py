@@ -44,6 +44,7 @@ class Job:
     slot_count: int
     workers: list[Worker] = field(default_factory=list)
     upstream: Upstream | None = None  # two levels: this switch's sum goes up there
+    shared: bool = False  # --allocation shared: upstream is the job's fallback host
 
     @property
     def mcast_grp(self) -> int:

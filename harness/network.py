@@ -25,7 +25,7 @@ from mininet.net import Mininet
 from mininet.node import Host, Switch
 
 from ..p4 import program
-from ..p4.header import QAINA_WORDS
+from ..p4.header import FALLBACK_WORKER, QAINA_WORDS
 from .control import SwitchConnection
 from .cpulimit import LimitedHost, cgroup_dirs
 from .linkloss import apply_loss, remove_table
@@ -132,7 +132,9 @@ class Testbed:
         self.conns: dict[str, SwitchConnection] = {}
         self.device_ids: dict[str, int] = {}
         self._hops: dict[str, dict[str, int]] = {}
-        self._results_in: set[tuple[str, int, int]] = set()  # (switch, port, aggregator)
+        #: source_guard entries installed: (switch, port, address) -> results (0 or 1)
+        self._admitted: dict[tuple[str, int, int], int] = {}
+        self._fallbacks: dict[int, str] = {}  # fallback host address -> host
         self.mininet_log: MininetLog | None = None
 
     # -- bring-up ----------------------------------------------------------------------
@@ -270,7 +272,9 @@ class Testbed:
         for sw, conn in self.conns.items():
             entries = []
             for _, port in adj[sw]:
-                entries += guard_entries(port, sources[sw].get(port, ()))
+                admitted = sources[sw].get(port, ())
+                entries += guard_entries(port, admitted)
+                self._admitted.update({(sw, port, a): 0 for a in admitted})
             conn.insert_many(entries)
 
     def _install_routes(self):
@@ -303,7 +307,11 @@ class Testbed:
             program_job(self.conns[sw], job)
             address = ip_to_int(aggregator_ip(self.device_ids[sw]))
             self._allow_results(sw, address, [job])
-            if job.upstream is not None:
+            if job.shared:  # sums and singles go to its fallback host, results come back
+                host = self._fallbacks[job.upstream.ip]
+                self._admit(sw, address, job.upstream.port, host, entry=source_entry)
+                self._admit(host, job.upstream.ip, self._neighbours()[host][0][1], sw)
+            elif job.upstream is not None:
                 top = next(s for s, j in placements.items() if j.upstream is None)
                 self._admit(sw, address, job.upstream.port, top, entry=source_entry)
 
@@ -339,6 +347,14 @@ class Testbed:
         out[top] = replace(job, workers=members)
         return out
 
+    def fallback(self, host: str, aggregator: str) -> Upstream:
+        """--allocation shared: the ``upstream_table`` entry that makes ``host`` the
+        fallback host of a job aggregated on switch ``aggregator``."""
+        h = self.net.get(host)
+        self._fallbacks[ip_to_int(h.IP())] = host
+        return Upstream(self.hops(host)[aggregator], ip_to_int(h.IP()), mac_to_int(h.MAC()),
+                        FALLBACK_WORKER)
+
     def attached(self, host: str) -> str:
         """The switch ``host`` is linked to."""
         return next(nb for nb, _ in self._neighbours()[host] if nb in self.conns)
@@ -354,13 +370,17 @@ class Testbed:
     def _admit(self, sender: str, address: int, port: int, target: str, entry=result_entry):
         """Every switch port a packet from ``sender`` (at ``address``) leaving through
         its ``port`` for node ``target`` enters admits it (``entry``: as results, or
-        as a source only), once."""
-        new = sorted({(sw, in_port, address)
-                      for sw, in_port in self.arrivals(sender, port, target)}
-                     - self._results_in)
+        as a source only); a port that admits the source but not its results is
+        changed to admit them too when ``entry`` is ``result_entry``."""
+        results = int(entry is result_entry)
+        keys = sorted({(sw, in_port, address)
+                       for sw, in_port in self.arrivals(sender, port, target)})
+        new = [k for k in keys if k not in self._admitted]
+        raise_ = [k for k in keys if self._admitted.get(k, results) < results]
         for sw, conn in self.conns.items():
             conn.insert_many([entry(p, a) for s, p, a in new if s == sw])
-        self._results_in.update(new)
+            conn.modify_many([entry(p, a) for s, p, a in raise_ if s == sw])
+        self._admitted.update({k: max(results, self._admitted.get(k, 0)) for k in keys})
 
     def worker(self, index: int, host: str, aggregator: str) -> Worker:
         h = self.net.get(host)

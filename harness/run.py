@@ -15,12 +15,13 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from ..hosts import kernels
 from ..hosts.agent import AgentConfig
+from ..hosts.fallback import FallbackConfig
 from ..hosts.lanes import LaneFormat
 from ..hosts.ps import PS_PORT
 from ..p4.header import QAINA_WORDS
@@ -148,7 +149,9 @@ def new_run_id(cfg: RunConfig) -> str:
 
 def build_topology(cfg: RunConfig, netem: bool = True):
     """The run's topology; without netem, loss is left to nftables (see linkloss)."""
-    hosts = cfg.jobs * cfg.workers + (cfg.jobs if cfg.mode == "ps" else 0)
+    # A host per job beyond the workers: its parameter server, or its fallback host.
+    extra = cfg.mode == "ps" or (cfg.mode == "ina" and cfg.allocation == "shared")
+    hosts = cfg.jobs * cfg.workers + (cfg.jobs if extra else 0)
     link = LinkParams(cfg.bw, cfg.delay, cfg.loss if netem else None)
     return TOPOLOGIES[cfg.topo](hosts=hosts, link=link, spines=cfg.spines, leaves=cfg.leaves)
 
@@ -217,8 +220,11 @@ class Run:
         self.record = RunRecord(cfg.run_id)
         self.testbed: Testbed | None = None
         self.agents: list[AgentProcess] = []
-        self.servers: list[str] = []  # --mode ps: each job's server host
-        self.server_procs: list[tuple] = []  # (name, popen, log) of the parameter servers
+        #: each job's server host: its parameter server (--mode ps) or its fallback
+        #: host (--allocation shared)
+        self.servers: list[str] = []
+        self.server_procs: list[tuple] = []  # (name, popen, log) of the servers
+        self.shared = cfg.mode == "ina" and cfg.allocation == "shared"
         self.jobs: list[Job] = []
         self.status = "starting"
         self.signalled = False
@@ -279,16 +285,22 @@ class Run:
         self.interfaces = self.testbed.interface_peers()
         self.events["network_up"] = time.time()
         agg = topo.aggregator
-        # The baselines hold no slots; with --arrivals a job gets its range when admitted.
-        bases = (partition_slots([cfg.slots] * cfg.jobs, cfg.pool_slots)
-                 if cfg.mode == "ina" and self.offsets is None else [0] * cfg.jobs)
+        # The baselines hold no slots; with --arrivals a job gets its range when admitted;
+        # shared jobs all range over the whole pool.
+        static = cfg.mode == "ina" and self.offsets is None and not self.shared
+        bases = (partition_slots([cfg.slots] * cfg.jobs, cfg.pool_slots) if static
+                 else [0] * cfg.jobs)
+        if cfg.mode == "ps" or self.shared:
+            self.servers = topo.server_hosts(cfg.jobs, cfg.workers)
         job_hosts = topo.job_hosts(cfg.jobs, cfg.workers)
         for j, bits in enumerate(cfg.job_bits()):
             workers = [self.testbed.worker(k, h, agg) for k, h in enumerate(job_hosts[j])]
-            self.jobs.append(Job(j + 1, j, LaneFormat(bits, cfg.workers, cfg.pack), bases[j],
-                                 cfg.slots, workers))
-        if cfg.mode == "ps":
-            self.servers = topo.server_hosts(cfg.jobs, cfg.workers)
+            fmt = LaneFormat(bits, cfg.workers, cfg.pack)
+            if self.shared:
+                self.jobs.append(Job(j + 1, j, fmt, 0, cfg.pool_slots, workers, shared=True,
+                                     upstream=self.testbed.fallback(self.servers[j], agg)))
+            else:
+                self.jobs.append(Job(j + 1, j, fmt, bases[j], cfg.slots, workers))
         self.aggregator = agg
         if cfg.mode == "ina":
             self.testbed.program_aggregators(sorted({sw for job in self.jobs
@@ -300,6 +312,11 @@ class Run:
             slots = (f"slots {job.slot_base}..{job.slot_base + job.slot_count - 1}"
                      if self.offsets is None else
                      f"arrives at +{self.offsets[job.index]:g} s, {job.slot_count} slots")
+            if self.shared:
+                slots = (f"{cfg.slots} chunks in flight hashed onto the shared slots "
+                         f"0..{cfg.pool_slots - 1}, fallback host {self.servers[job.index]}"
+                         + ("" if self.offsets is None
+                            else f", arrives at +{self.offsets[job.index]:g} s"))
             where = {"ina": f"{slots} on {agg}, {cfg.payload_words} words per packet",
                      "ring": "ring all-reduce",
                      "ps": f"parameter server on {self.servers[job.index]}"
@@ -345,7 +362,9 @@ class Run:
                                    iterations=cfg.iterations,
                                    aggregator=aggregator_ip(ids[switch]),
                                    wire_worker=wire_worker,
-                                   slot_base=job.slot_base, slots=job.slot_count,
+                                   slot_base=job.slot_base,
+                                   slots=cfg.slots if self.shared else job.slot_count,
+                                   shared_slots=job.slot_count if self.shared else 0,
                                    output=str(self.writer.dir / "agents" / f"{name}.jsonl"),
                                    seed=cfg.seed, headroom=cfg.headroom,
                                    start_file=str(self.start_files[job.job_id]),
@@ -359,7 +378,7 @@ class Run:
                                    gvq_refresh=cfg.gvq_refresh,
                                    ring_peers=[int_to_ip(x.ip) for x in job.workers],
                                    ps_address=(self.testbed.host(self.servers[job.index]).IP()
-                                               if self.servers else None),
+                                               if cfg.mode == "ps" else None),
                                    payload_words=cfg.payload_words, packed=cfg.pack)
                 path = self.writer.dir / "agents" / f"{name}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -395,7 +414,9 @@ class Run:
             go.touch()
         else:
             pool = SlotPool(cfg.pool_slots)
-            slots = [job.slot_count if cfg.mode == "ina" else 0 for job in self.jobs]
+            # Shared jobs hold no slots of their own: they are admitted on arrival.
+            slots = [job.slot_count if cfg.mode == "ina" and not self.shared else 0
+                     for job in self.jobs]
             self.admission = Admission(pool, slots, self.offsets, self.events["agents_go"],
                                        self._admit, self._release)
             self.admission.step(time.time())
@@ -427,7 +448,11 @@ class Run:
         self.admission.step(now)
 
     def _launch_servers(self):
-        """--mode ps: one parameter server process per job, on the job's server host."""
+        """--mode ps: one parameter server process per job, on the job's server host;
+        --allocation shared: one fallback host process per job there."""
+        if self.shared:
+            self._launch_fallbacks()
+            return
         for job, host in zip(self.jobs, self.servers):
             name = f"ps{job.job_id}"
             log = self.writer.log_dir / f"{name}.log"
@@ -438,6 +463,32 @@ class Run:
                 self.server_procs.append((name, popen, log))
                 self.record.add_process(popen.pid, f"parameter server {name} on {host}")
 
+    def _launch_fallbacks(self):
+        ids = self.testbed.device_ids
+        for job, host in zip(self.jobs, self.servers):
+            name = f"fallback{job.job_id}"
+            path = self.writer.dir / "agents" / f"{name}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fcfg = FallbackConfig(job.job_id, job.fmt.workers, self.cfg.payload_words,
+                                  aggregator_ip(ids[self.aggregator]),
+                                  str(self.writer.dir / "agents" / f"{name}-stats.json"))
+            path.write_text(json.dumps(asdict(fcfg)))
+            log = self.writer.log_dir / f"{name}.log"
+            with deferred_signals(), open(log, "wb") as out:
+                popen = self.testbed.host(host).popen(
+                    [sys.executable, "-m", "qaina_bench.hosts.fallback", str(path)],
+                    stdout=out, stderr=out, stdin=None, env=agent_env())
+                self.server_procs.append((name, popen, log))
+                self.record.add_process(popen.pid, f"fallback host {name} on {host}")
+
+    def fallback_stats(self, job: Job) -> dict | None:
+        """--allocation shared: what the job's fallback host counted (None: no file)."""
+        path = self.writer.dir / "agents" / f"fallback{job.job_id}-stats.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
     def _processes(self) -> list[dict]:
         """Every process the run started for the jobs: name, component, the job it
         serves (None: all of them) and PID."""
@@ -445,7 +496,9 @@ class Run:
                 "pid": sw.target.pid} for sw in self.testbed.net.switches]
         out += [{"name": f"agent j{a.job}w{a.worker}", "component": "agents", "job": a.job,
                  "pid": a.popen.pid} for a in self.agents]
-        out += [{"name": f"parameter server {name}", "component": "ps", "job": job.job_id,
+        kind, component = (("fallback host", "fallback") if self.shared
+                           else ("parameter server", "ps"))
+        out += [{"name": f"{kind} {name}", "component": component, "job": job.job_id,
                  "pid": popen.pid} for job, (name, popen, _) in zip(self.jobs, self.server_procs)]
         return out
 
@@ -454,7 +507,8 @@ class Run:
             code = self.ledger.poll(popen)
             if code not in (None, 0):
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-                raise RunError(f"parameter server {name} exited with {code}: "
+                raise RunError(f"{'fallback host' if self.shared else 'parameter server'} "
+                               f"{name} exited with {code}: "
                                f"{' | '.join(tail)} (log {log})")
         for a in self.agents:
             code = self.ledger.poll(a.popen)
@@ -585,6 +639,8 @@ class Run:
                           "lanes": j.fmt.lanes, "packed": j.fmt.packed,
                           "payload_words": self.cfg.payload_words, "slot_base": j.slot_base,
                           "slots": j.slot_count, **self._arrival(j.index),
+                          "allocation": self.cfg.allocation if self.cfg.mode == "ina" else None,
+                          **({"fallback": self.fallback_stats(j)} if self.shared else {}),
                           "hosts": [w.host for w in j.workers]
                           + ([self.servers[j.index]] if self.servers else [])}
                          for j in self.jobs]}

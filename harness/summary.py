@@ -108,6 +108,10 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
     efficiency = [r["values"] * job["bits"] / (-(-r["values"] // (words * job["lanes"]))
                                                * words * 32) for r in mine]
     in_network = aggregator is not None  # ring mode: the switches only route
+    fb = job.get("fallback")
+    if fb is not None:  # --allocation shared: who summed the job's chunks
+        done = fb["chunks_switch"] + fb["chunks_hosts"]
+        out.update(switch_share=fb["chunks_switch"] / done if done else None)
     if job.get("admitted_s") is not None:  # --arrivals: times since the start signal
         out.update(wait_s=job["admitted_s"] - job["arrival_s"],
                    turnaround_s=end - job["arrived_at"])
@@ -300,6 +304,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "error_feedback": cfg.error_feedback,
         "mode": cfg.mode,
         "levels": cfg.levels,
+        "allocation": cfg.allocation if cfg.mode == "ina" else None,
         "payload_words": cfg.payload_words,
         "packed": cfg.pack,
         "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},

@@ -45,14 +45,14 @@ from .summary import _mean
 
 CONFIG_COLUMNS = ["topo", "target", "mode", "jobs", "workers", "bits", "quantizer", "compress",
                   "payload_words", "pack", "bw", "delay", "loss", "slots", "pool_slots",
-                  "trace", "iterations", "levels", "leaves", "arrivals"]
+                  "trace", "iterations", "levels", "leaves", "arrivals", "allocation"]
 METRIC_COLUMNS = ["iteration_s", "steady_iteration_s", "iteration_p99_s", "job_completion_s",
                   "job_completion_max_s", "elements_per_s", "fp32_gbps", "slots_peak",
                   "register_bit_efficiency", "rel_error", "retransmissions", "bytes_sent",
                   "bytes_per_iteration", "steady_bytes_per_iteration",
                   "span_s", "cpu_saturated", "fidelity", "cpu_s_per_melem", "cpu_busy",
                   "warnings", "jobs_fit", "switch_link_bytes", "turnaround_s",
-                  "turnaround_max_s", "wait_s"]
+                  "turnaround_max_s", "wait_s", "switch_share"]
 BASE_COLUMNS = ["point", "repeat", "run_id", "status", "note"]
 
 
@@ -127,6 +127,7 @@ def run_row(directory: Path) -> dict:
         "turnaround_max_s": max((x for x in get("turnaround_s") if x is not None),
                                 default=None),
         "wait_s": _mean(get("wait_s")),
+        "switch_share": _mean(get("switch_share")),
     }
 
 
@@ -137,7 +138,8 @@ def config_row(cfg) -> dict:
             "payload_words": cfg.payload_words, "pack": cfg.pack, "bw": cfg.bw,
             "delay": cfg.delay, "loss": cfg.loss, "slots": cfg.slots,
             "pool_slots": cfg.pool_slots, "trace": cfg.trace, "iterations": cfg.iterations,
-            "levels": cfg.levels, "leaves": cfg.leaves, "arrivals": cfg.arrivals}
+            "levels": cfg.levels, "leaves": cfg.leaves, "arrivals": cfg.arrivals,
+            "allocation": cfg.allocation}
 
 
 def write(path: Path, axes: list[str], rows: list[dict]):

@@ -78,6 +78,8 @@ class AgentConfig:
     slots: int  # window: slots of the job's range this agent cycles through
     output: str  # JSON-lines file of per-iteration records
     trace_worker: int | None = None  # which trace worker to replay (default: worker)
+    shared_slots: int = 0  # --allocation shared: chunks hashed onto slots shared_base..
+    shared_base: int = 0  # .. shared_base + shared_slots - 1 (0 slots: the job's range)
     seed: int = 0
     headroom: int | None = None  # code steps added to predicted scales (None: adaptive)
     quantizer: str = "maxpow2"  # scale rule (hosts/compression.py)
@@ -201,7 +203,9 @@ class Agent:
         index = cfg.worker if cfg.wire_worker is None else cfg.wire_worker
         self.stream = SlotStream(self.sock, (cfg.aggregator, cfg.port), cfg.job_id, index,
                                  cfg.slot_base, cfg.slots, cfg.rto_min, cfg.rto_max,
-                                 cfg.stall_timeout, cfg.payload_words)
+                                 cfg.stall_timeout, cfg.payload_words,
+                                 (cfg.shared_base, cfg.shared_slots) if cfg.shared_slots
+                                 else None)
         self.out = open(cfg.output, "w", buffering=1)
         self.levels_record: dict[str, np.ndarray] = {}
 

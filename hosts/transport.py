@@ -49,6 +49,22 @@ RTO_INITIAL = 0.2  # seconds, before the first RTT sample
 _LEAD_MASK = np.uint32(0xFFFFFF00 | FLAG_RESULT)
 
 
+def placement(job_id: int, seqs: np.ndarray, base: int, slots: int) -> tuple[np.ndarray,
+                                                                            np.ndarray]:
+    """(slot, ver) of chunks ``seqs`` of job ``job_id`` in the shared region
+    ``base .. base + slots - 1`` (both copies of each slot): a hash of (job, seq)
+    spread over the region's ``2 * slots`` copies, as ATP hashes its aggregators."""
+    x = (np.asarray(seqs, dtype=np.uint64) & np.uint64(0xFFFFFFFF)) | (
+        np.uint64(job_id & 0xFFFF) << np.uint64(32))
+    with np.errstate(over="ignore"):  # splitmix64's finaliser: wrapping arithmetic
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    copy = (x % np.uint64(2 * slots)).astype(np.int64)
+    return base + copy % slots, copy // slots
+
+
 class RttEstimator:
     """RFC 6298 retransmission timeout."""
 
@@ -153,8 +169,12 @@ class SlotStream:
 
     def __init__(self, sock: socket.socket, aggregator: tuple[str, int], job_id: int,
                  worker: int, slot_base: int, slots: int, rto_min: float, rto_max: float,
-                 stall_timeout: float, words: int = QAINA_WORDS):
+                 stall_timeout: float, words: int = QAINA_WORDS,
+                 shared: tuple[int, int] | None = None):
         self.sock = sock
+        #: --allocation shared: the region (first slot, slots) chunks are hashed onto;
+        #: None: chunk k uses the job's own slot ``slot_base + k % slots``
+        self.shared = shared
         self.wire = wire(words)
         self.words = words  # payload words per chunk (the switch's build)
         self.packet_len = self.wire.datagram_len  # UDP payload of one chunk
@@ -181,8 +201,11 @@ class SlotStream:
         d = np.zeros(n, dtype=self.wire.dtype)
         d["job_id"] = self.job_id
         d["worker"] = self.worker
-        d["slot"] = self.slot_base + k % self.slots
-        d["ver"] = (k // self.slots) % 2
+        if self.shared is None:
+            d["slot"] = self.slot_base + k % self.slots
+            d["ver"] = (k // self.slots) % 2
+        else:
+            d["slot"], d["ver"] = placement(self.job_id, k, *self.shared)
         d["exp"] = exps
         d["seq"] = k & 0xFFFFFFFF
         return d

@@ -124,6 +124,41 @@ def test_a_job_arriving_at_a_full_pool_waits_and_reuses_a_left_jobs_slots_exactl
         assert job["iterations_done"] == 2 and job["arrival_s"] == 0
 
 
+def test_shared_pool_collisions_fall_back_to_a_host_and_every_sum_stays_exact(
+        tmp_path, target):
+    """Three jobs hash their chunks onto one pool of 16 slots (32 copies) with 16 chunks
+    each in flight: many chunks collide and are summed on their job's fallback host, the
+    rest in the switch; every worker gets every sum exactly, on lossy links too."""
+    summary, directory = execute(tmp_path, target=target, topo="leafspine", jobs=3,
+                                 workers=3, bits=[4, 8, 32], iterations=2, slots=16,
+                                 pool_slots=16, allocation="shared", loss=1, seed=5)
+    assert summary["complete"], summary["errors"]
+    assert summary["allocation"] == "shared"
+    check_exact_aggregates(directory, summary)
+    spine = summary["aggregator"]
+    for job in summary["jobs"]:
+        fb = job["fallback"]
+        assert fb["refused"] == 0
+        # chunks summed in the switch and on the host: both, and all of them
+        assert 0 < job["switch_share"] < 1, fb
+        chunks = -(-job["values_per_iteration_mean"] // (32 * job["lanes"]))
+        assert fb["chunks_switch"] + fb["chunks_hosts"] >= 2 * chunks  # and the warm-up's
+        assert final_counters(directory, spine, job["job_id"])["slots_closed"] \
+            >= fb["chunks_switch"]
+    assert "fallback" in {p["component"] for p in summary["processes"]}
+
+
+def test_shared_pool_without_collisions_aggregates_every_chunk_in_the_switch(tmp_path):
+    """One job alone on a large shared pool: the switch sums every chunk and the
+    fallback host only releases the copies."""
+    summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[4],
+                                 iterations=2, slots=8, allocation="shared")
+    assert summary["complete"], summary["errors"]
+    check_exact_aggregates(directory, summary)
+    job = summary["jobs"][0]
+    assert job["switch_share"] > 0.97, job["fallback"]
+
+
 def test_two_levels_on_lossy_links_stay_exact(tmp_path, target):
     """Leaves sum their workers, the spine sums the leaves: every chunk exact although
     contributions, partial sums and results are lost on the way."""
