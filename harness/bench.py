@@ -41,6 +41,7 @@ from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
 from .control import SwitchConnection
 from .jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_int, program_aggregator,
                    program_guard, program_job, program_route)
+from .record import RunRecord
 from .targets import make_target
 
 AGG_IP = ip_to_int(aggregator_ip(1))
@@ -78,13 +79,17 @@ def _frames(job: Job, slots: int, words: int = QAINA_WORDS) -> list[tuple[int, b
 
 
 class VethPorts:
-    """Veth pairs for the benchmark; removes exactly the ones it made."""
+    """Veth pairs for the benchmark; removes exactly the ones it made (each listed in
+    ``record`` before it is made, so that `clean` removes it after a kill -9)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, record: RunRecord):
         self.prefix = f"qb{os.getpid() % 10000}x"
         self.names = []
         for i in range(1, n + 1):
             sw, host = f"{self.prefix}{i}s", f"{self.prefix}{i}h"
+            record.add_interface(sw)
+            record.add_interface(host)
+            record.save()
             subprocess.run(["ip", "link", "add", sw, "type", "veth", "peer", "name", host],
                            check=True)
             self.names.append((sw, host))
@@ -120,15 +125,22 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
                  words: int = QAINA_WORDS) -> dict:
     """Offer ``rate`` contributions/s for ``seconds`` to a switch of target ``kind``;
     return what the switch did."""
-    veths = VethPorts(WORKERS)
+    # What the benchmark starts is recorded like a run's: `clean` (or the next `up`)
+    # removes it if the benchmark is killed outright.
+    record = RunRecord(f"bench-{os.getpid()}-{time.monotonic_ns() % 10**9}")
+    veths = VethPorts(WORKERS, record)
     extra = {"thrift_port": _free_port()} if kind == "bmv2" else {}
     target = make_target(kind, "bench", {i + 1: sw for i, (sw, _) in enumerate(veths.names)},
                          _free_port(), 1, workdir / f"{kind}-b{bits}-w{words}-{rate:.0f}.log",
                          cpu=0, words=words, **extra)
+    if kind == "bmv2":
+        record.add_nft_table(target.guard.family, target.guard.table)
+        record.save()
     conn = None
     socks = []
     try:
         target.start()
+        record.add_process(target.pid, "benchmark switch")
         conn = SwitchConnection("bench", target.grpc_addr, 1, p4info=program.p4info(words))
         target.wait_ready(conn)
         conn.arbitrate()
@@ -189,6 +201,7 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
             conn.close()
         target.stop()
         veths.remove()
+        record.close()
     out.update(_switch_stats(target.log_path))
     return out
 

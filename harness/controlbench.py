@@ -17,6 +17,7 @@ Run as root::
 
 from __future__ import annotations
 
+import os
 import socket
 import tempfile
 import time
@@ -32,6 +33,7 @@ from ..p4.proto import PROTOBUF_VERSION, implementation, p4runtime_pb2
 from .bench import AGG_IP, WORKERS, VethPorts, _frames, _free_port
 from .control import SwitchConnection
 from .jobs import Job, Worker, program_aggregator, program_job, program_route
+from .record import RunRecord
 from .sampling import COUNTERS
 from .targets import make_target
 
@@ -56,13 +58,16 @@ class ControlLab:
     used twice (both copies) by every worker."""
 
     def __init__(self, workdir: Path, words: int = QAINA_WORDS):
-        self.veths = VethPorts(WORKERS)
+        # recorded like a run: `clean` removes what a killed benchmark left
+        self.record = RunRecord(f"bench-{os.getpid()}-{time.monotonic_ns() % 10**9}")
+        self.veths = VethPorts(WORKERS, self.record)
         self.target = make_target("embedded", "bench", {i + 1: sw for i, (sw, _) in
                                                          enumerate(self.veths.names)},
                                   _free_port(), 1, workdir / "control.log", words=words)
         self.conn = None
         try:
             self.target.start()
+            self.record.add_process(self.target.pid, "benchmark switch")
             self.conn = SwitchConnection("bench", self.target.grpc_addr, 1,
                                          p4info=program.p4info(words))
             self.target.wait_ready(self.conn)
@@ -110,6 +115,7 @@ class ControlLab:
             self.conn.close()
         self.target.stop()
         self.veths.remove()
+        self.record.close()
 
 
 def _timed(fn, repeat: int) -> list[float]:

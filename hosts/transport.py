@@ -4,7 +4,9 @@ control, TCP's rules applied to per-chunk results.
 A worker streams chunks ``k0 .. k0 + n - 1``; chunk ``k`` uses slot
 ``slot_base + k % S`` and copy ``(k // S) % 2`` of the job's ``S`` slots, and goes out
 only once the result of chunk ``k - S`` (the slot's previous use) is in. The result
-of a chunk acknowledges it, as a selective acknowledgement would.
+of a chunk acknowledges it, as a selective acknowledgement would. Under
+``--allocation shared`` chunk ``k`` goes to the copy ``placement`` hashes it onto in
+the pool all jobs share instead, and ``S`` is only the window.
 
 Loss recovery:
 

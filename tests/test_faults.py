@@ -194,3 +194,33 @@ def test_a_reused_pid_is_not_taken_for_a_recorded_process(tmp_path):
         assert other.poll() is None
     finally:
         other.kill()
+
+
+def test_a_benchmark_killed_outright_is_cleaned_up_from_its_record(tmp_path):
+    """`bench switch` records its veth pairs and switch like a run: after kill -9,
+    `qaina-bench clean` removes exactly those."""
+    env = dict(os.environ, QAINA_RECORD_DIR=str(tmp_path / "records"))
+    bench = subprocess.Popen([sys.executable, "-m", "qaina_bench.harness.cli", "bench",
+                              "switch", "--bits", "4", "--rate", "1000", "--seconds", "120"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             cwd=tmp_path)
+
+    def recorded():
+        for path in (tmp_path / "records").glob("bench-*.json"):
+            data = json.loads(path.read_text())
+            if data["processes"] and len(data["interfaces"]) >= 2:
+                return data
+        return None
+
+    try:
+        data = wait_for(recorded, what="the benchmark's record with its switch")
+    finally:
+        bench.kill()
+        bench.wait()
+    assert all(Path(f"/sys/class/net/{i}").exists() for i in data["interfaces"])
+    out = subprocess.run([sys.executable, "-m", "qaina_bench.harness.cli", "clean"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert data["run_id"] in out.stdout, out.stdout + out.stderr
+    assert not any(Path(f"/sys/class/net/{i}").exists() for i in data["interfaces"])
+    assert not leftovers(data)
+    assert not list((tmp_path / "records").glob("bench-*.json"))
