@@ -13,9 +13,13 @@ Wire layout of an aggregation packet::
 The fields:
 
 * ``job_id``  which job (a key of the switch's ``job_table``);
-* ``worker``  sender's worker index (``0..n-1``); on results, the receiver's index;
+* ``worker``  sender's worker index (``0..n-1``); on results, the receiver's index; on
+              a shared job's complete sum going to its fallback host,
+              ``FALLBACK_WORKER``;
 * ``flags``   ``FLAG_RESULT`` on switch-to-worker results, ``FLAG_RETX`` when a worker
-              resends a contribution after a timeout;
+              resends a contribution after a timeout, ``FLAG_FALLBACK`` on a worker's
+              contribution that the switch diverts to its job's fallback host (shared
+              allocation: the slot copy was held by another use);
 * ``slot``    slot in the switch's shared pool (absolute, inside the job's range);
 * ``ver``     which of the slot's two copies (0/1); a worker flips it on every reuse;
 * ``exp``     signed scale exponent: a worker piggy-backs the exponent of the chunk it
@@ -39,7 +43,11 @@ PAYLOAD_WORDS = (32, 64, 128, 256)
 
 FLAG_RESULT = 0x01
 FLAG_RETX = 0x02
+#: shared allocation: a contribution the switch sent on to the job's fallback host as
+#: a single (its copy was another use's, or given up); ``worker`` stays the sender's
 FLAG_FALLBACK = 0x04
+#: shared allocation: the worker index a switch's complete sum carries to the job's
+#: fallback host (``set_upstream``'s ``worker`` of a shared job)
 FALLBACK_WORKER = 255
 
 ETH_LEN, IPV4_LEN, UDP_LEN = 14, 20, 8
@@ -58,7 +66,7 @@ class Field:
 QAINA_FIELDS = (
     Field("job_id", 16, doc="job id, key of job_table"),
     Field("worker", 8, doc="worker index of the sender (results: of the receiver)"),
-    Field("flags", 8, doc="FLAG_RESULT | FLAG_RETX"),
+    Field("flags", 8, doc="FLAG_RESULT | FLAG_RETX | FLAG_FALLBACK"),
     Field("slot", 16, doc="slot in the shared pool"),
     Field("ver", 8, doc="slot copy 0/1, flipped on every reuse of the slot"),
     Field("exp", 8, signed=True, doc="scale exponent (next chunk's / agreed maximum)"),
@@ -222,7 +230,7 @@ def _build_scapy_layer():
 
     def field(f: Field):
         if f.name == "flags":
-            return FlagsField(f.name, 0, f.bits, ["RESULT", "RETX"])
+            return FlagsField(f.name, 0, f.bits, ["RESULT", "RETX", "FALLBACK"])
         if f.bits == 8:
             return SignedByteField(f.name, 0) if f.signed else ByteField(f.name, 0)
         if f.bits == 16:

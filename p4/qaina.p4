@@ -41,6 +41,7 @@ const bit<16> QAINA_UDP_LEN = 148;      /* 8 UDP + 12 QAINA + 4 * QAINA_WORDS by
 const bit<16> QAINA_IPV4_LEN = 168;     /* 20 IPv4 + QAINA_UDP_LEN                    */
 const bit<8>  FLAG_RESULT = 0x01;
 const bit<8>  FLAG_RETX = 0x02;
+const bit<8>  FLAG_FALLBACK = 0x04;     /* shared: a single sent on to the fallback host */
 const bit<8>  RESULT_TTL = 64;
 
 /* Indexes of MyIngress.drops: why a packet was dropped. */
@@ -140,6 +141,7 @@ struct metadata_t {
     ip4_t   up_addr;        /* ... its address and MAC,                              */
     mac_t   up_mac;
     bit<8>  up_worker;      /* ... and this switch's worker index there (0: top)     */
+    bit<8>  shared;         /* 1: the job's chunks share the pool (ATP-style)        */
 }
 
 /* ---------------------------------------------------------------- parser */
@@ -209,6 +211,7 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
     @id(3) counter(MAX_JOBS, CounterType.packets_and_bytes) agg_packets;
     @id(4) counter(MAX_JOBS, CounterType.packets_and_bytes) retx_answered;
     @id(5) counter(DROP_REASONS, CounterType.packets_and_bytes) drops;
+    @id(7) counter(MAX_JOBS, CounterType.packets_and_bytes) fallback_packets;
 
     @hidden action drop_for(bit<32> reason) {
         drops.count(reason);
@@ -228,7 +231,7 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
 
     @id(4) action set_job(bit<8> job_index, bit<8> n_workers, bit<16> slot_base,
                           bit<16> slot_count, bit<16> mcast_grp, bit<8> bits,
-                          bit<8> lane_width, bit<8> lanes) {
+                          bit<8> lane_width, bit<8> lanes, bit<8> shared) {
         meta.job_index = job_index;
         meta.n_workers = n_workers;
         meta.slot_base = slot_base;
@@ -237,6 +240,7 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
         meta.bits = bits;
         meta.lane_width = lane_width;
         meta.lanes = lanes;
+        meta.shared = shared;
     }
 
     @id(5) action set_member(bit<8> worker, port_t port) {
@@ -328,6 +332,19 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
         hdr.ipv4.ttl = RESULT_TTL;
         hdr.udp.checksum = 0;
         hdr.qaina.worker = meta.up_worker;
+        standard_metadata.egress_spec = meta.up_port;
+    }
+
+    /* Shared allocation: a worker's contribution goes on, unchanged but for the
+       addresses and FLAG_FALLBACK, to the job's fallback host (the upstream). */
+    @hidden action single_to_fallback() {
+        hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
+        hdr.ethernet.dstAddr = meta.up_mac;
+        hdr.ipv4.srcAddr = hdr.ipv4.dstAddr;
+        hdr.ipv4.dstAddr = meta.up_addr;
+        hdr.ipv4.ttl = RESULT_TTL;
+        hdr.udp.checksum = 0;
+        hdr.qaina.flags = hdr.qaina.flags | FLAG_FALLBACK;
         standard_metadata.egress_spec = meta.up_port;
     }
 
@@ -444,6 +461,97 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
         agg_seen.read(seen, copy);
         agg_count.read(count, copy);
         agg_owner.read(owner, copy);
+        if (meta.shared != 0) {
+            /* Shared allocation (ATP): the chunk (job, seq) holds this copy, or
+               claims it when free; else it goes to the job's fallback host. */
+            agg_final.read(final, copy);
+            agg_seq.read(seq, copy);
+            bool mine = owner == hdr.qaina.job_id && seq == hdr.qaina.seq && seen != 0;
+            bool free = count == 0 && (seen == 0 || final == 1);
+            bool retx = (hdr.qaina.flags & FLAG_RETX) != 0;
+            if (from_upstream) {
+                /* The fallback host's result: it releases the copy that holds the
+                   chunk's sum; for a chunk no copy holds, it only goes down. */
+                if (mine && count == 0 && final == 0) {
+                    ALL_WORDS(STORE_WORD)
+                    agg_exp.write(copy, hdr.qaina.exp);
+                    agg_final.write(copy, 1);
+                }
+                result_to_all();
+            } else if (mine && (seen & mask) == 0) {
+                /* Another worker of the use that holds the copy. */
+                agg_seen.write(copy, seen | mask);
+                agg_packets.count((bit<32>)meta.job_index);
+                ALL_WORDS(ADD_WORD)
+                agg_exp.read(exp, copy);
+                if ((int<8>)exp > (int<8>)hdr.qaina.exp) {
+                    hdr.qaina.exp = exp;
+                } else {
+                    agg_exp.write(copy, hdr.qaina.exp);
+                }
+                count = count + 1;
+                if (count == meta.n_workers) {
+                    count = 0;
+                }
+                agg_count.write(copy, count);
+                if (count == 0) {
+                    /* Complete: the sum goes to the fallback host; the copy is held
+                       until its result comes back. */
+                    slots_closed.count((bit<32>)meta.job_index);
+                    hdr.qaina.flags = 0;
+                    partial_to_upstream();
+                } else {
+                    mark_to_drop(standard_metadata);
+                }
+            } else if (mine && count != 0) {
+                if (retx) {
+                    /* A worker of the open use timed out: the use is given up and
+                       its contributions go to the fallback host from now on. */
+                    agg_seen.write(copy, 0);
+                    agg_count.write(copy, 0);
+                    hdr.qaina.flags = FLAG_RETX;
+                    single_to_fallback();
+                } else {
+                    drop_for(DROP_DUPLICATE);
+                }
+            } else if (mine) {
+                /* The use is complete: answer from the copy once the result is in,
+                   else send the sum up again (it or the result was lost). */
+                ALL_WORDS(LOAD_WORD)
+                agg_exp.read(hdr.qaina.exp, copy);
+                if (final == 0) {
+                    hdr.qaina.flags = FLAG_RETX;
+                    partial_to_upstream();
+                } else {
+                    retx_answered.count((bit<32>)meta.job_index);
+                    result_to_sender();
+                }
+            } else if (free && !retx) {
+                /* A free copy: this chunk claims it. */
+                agg_owner.write(copy, hdr.qaina.job_id);
+                agg_seq.write(copy, hdr.qaina.seq);
+                agg_seen.write(copy, mask);
+                ALL_WORDS(STORE_WORD)
+                agg_exp.write(copy, hdr.qaina.exp);
+                agg_final.write(copy, 0);
+                slots_opened.count((bit<32>)meta.job_index);
+                agg_packets.count((bit<32>)meta.job_index);
+                if (meta.n_workers == 1) {
+                    agg_count.write(copy, 0);
+                    slots_closed.count((bit<32>)meta.job_index);
+                    hdr.qaina.flags = 0;
+                    partial_to_upstream();
+                } else {
+                    agg_count.write(copy, 1);
+                    mark_to_drop(standard_metadata);
+                }
+            } else {
+                /* Collision: the copy is another use's. */
+                fallback_packets.count((bit<32>)meta.job_index);
+                single_to_fallback();
+            }
+            return;
+        }
         if (owner != hdr.qaina.job_id) {
             /* Another job used this copy last (the control plane has since given its
                slots to this job): whatever that job left is not this job's. */

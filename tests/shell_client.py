@@ -9,7 +9,7 @@ import p4runtime_sh.shell as sh
 from p4runtime_sh.context import P4Type
 
 JOB = dict(job_index=1, n_workers=4, slot_base=0, slot_count=8, mcast_grp=2, bits=4,
-           lane_width=6, lanes=5)
+           lane_width=6, lanes=5, shared=0)
 
 
 def insert_job(job_id: int) -> str:

@@ -545,7 +545,7 @@ def test_job_entries_out_of_range_drop_their_packets(sw, field, value, member_in
     count the program cannot hold drops its packets (bad_job) and nothing breaks."""
     w0 = WORKERS[0]
     params = dict(job_index=0, n_workers=4, slot_base=0, slot_count=8, mcast_grp=1, bits=4,
-                  lane_width=6, lanes=5)
+                  lane_width=6, lanes=5, shared=0)
     params[field] = value
     sw.conn.insert("MyIngress.job_table", {"hdr.qaina.job_id": 5}, "MyIngress.set_job", params)
     sw.conn.insert("MyIngress.member_table", {"hdr.qaina.job_id": 5, "hdr.ipv4.srcAddr": w0.ip},

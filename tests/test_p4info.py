@@ -37,6 +37,7 @@ def test_constants_agree_with_the_python_side():
     assert c["QAINA_UDP_LEN"] == header.UDP_TOTAL_LEN
     assert c["QAINA_IPV4_LEN"] == header.IPV4_TOTAL_LEN
     assert c["FLAG_RESULT"] == header.FLAG_RESULT and c["FLAG_RETX"] == header.FLAG_RETX
+    assert c["FLAG_FALLBACK"] == header.FLAG_FALLBACK
     assert c["RESULT_TTL"] == constants.RESULT_TTL
     assert d["QAINA_WORDS"] == header.QAINA_WORDS
     for name in ("POOL_SLOTS", "POOL_COPIES", "POOL_WORDS", "MAX_JOBS", "MAX_WORKERS",
@@ -54,7 +55,8 @@ def test_the_p4info_sizes_are_the_constants():
         assert info.register(name).size == constants.POOL_COPIES
     assert info.table("job_table").size == constants.MAX_JOBS
     assert info.counter("drops").size == constants.DROP_REASONS
-    for name in ("slots_opened", "slots_closed", "agg_packets", "retx_answered", "results_sent"):
+    for name in ("slots_opened", "slots_closed", "agg_packets", "retx_answered", "results_sent",
+                 "fallback_packets"):
         assert info.counter(name).size == constants.MAX_JOBS
     assert info.register("agg_seen").bitwidth == constants.MAX_WORKERS
 

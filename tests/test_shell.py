@@ -85,7 +85,7 @@ def test_the_shell_reads_as_a_backup_and_the_harness_stays_primary(fresh, tool_p
     assert "PERMISSION_DENIED" in seen["write"] and seen["jobs"] == []
     conn.insert("MyIngress.job_table", {"hdr.qaina.job_id": 5}, "MyIngress.set_job",
                 dict(job_index=1, n_workers=4, slot_base=0, slot_count=8, mcast_grp=2,
-                     bits=4, lane_width=6, lanes=5))  # the harness is still primary
+                     bits=4, lane_width=6, lanes=5, shared=0))  # the harness is still primary
 
 
 def test_the_shell_writes_as_primary_when_the_harness_is_gone(fresh, tool_python):

@@ -93,8 +93,8 @@ def burst_member(p, in_port: int, slots, lengths, frames: np.ndarray):
     if h[0] != ETHERTYPE_IPV4 or p.source(in_port, h[6]) is None or h[7] not in p.aggregator:
         return None
     member = p.check(in_port, h)
-    if isinstance(member, int) or member[7] is not None:  # a drop reason; two levels
-        return None
+    if isinstance(member, int) or member[7] is not None or member[8]:
+        return None  # a drop reason; two levels; the shared allocation
     first_slot, end_slot = member[4], member[5]
     slot_ids = frames[:k, _SLOT].view(">u2")[:, 0].astype(np.intp)
     if slot_ids.min() < first_slot or slot_ids.max() >= end_slot:

@@ -29,7 +29,8 @@ import struct
 import numpy as np
 
 from ..constants import MAX_JOBS, MAX_WORKERS, RESULT_TTL, Drop
-from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_RESULT, FLAG_RETX, IP_CSUM, IP_DST,
+from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_FALLBACK, FLAG_RESULT, FLAG_RETX,
+                      IP_CSUM, IP_DST,
                       IP_FLAGS_FRAG, IP_PROTO, IP_SRC, IP_TTL, IP_VIHL, PAYLOAD_OFFSET,
                       PAYLOAD_WORDS, QAINA_AT, QAINA_UDP_PORT, UDP_CSUM, UDP_DPORT,
                       ipv4_checksum, wire)
@@ -191,7 +192,7 @@ class Pipeline:
         elif name == "MyIngress.job_table":
             # An entry with NoAction is a hit that leaves the job's metadata at zero
             # (no workers), as on BMv2: its packets fail the worker check.
-            self._jobs = {job: params if action == "MyIngress.set_job" else (0,) * 8
+            self._jobs = {job: params if action == "MyIngress.set_job" else (0,) * 9
                           for (job,), (action, params) in entries}
             self._contributors = self._contributor_index()
         elif name == "MyIngress.member_table":
@@ -216,14 +217,15 @@ class Pipeline:
 
         Each value is what the packet path needs of a member of a job whose entry is
         in range: ``(worker, port, cell, n_workers, first_slot, end_slot, mcast_grp,
-        upstream)``.
+        upstream, shared)``.
         ``worker`` is -1 when the member's index is not below ``n_workers`` (no
         packet of it passes the worker check); ``port`` is the ingress port its
         packets must arrive on; ``cell`` is the index of the job's packet count in a
         flat counter view (``2 * job_index``); valid slots are
         ``first_slot <= slot < end_slot``; ``upstream`` is the job's ``upstream_table``
         entry (port, address, MAC, worker index there), None where this switch is the
-        job's top aggregator. Members of jobs out of range are left out.
+        job's top aggregator; ``shared`` is true for a job of the shared allocation
+        (``set_job``'s ``shared`` not 0). Members of jobs out of range are left out.
         """
         index = {}
         for (job_id, ip), (worker, port) in self._members.items():
@@ -234,7 +236,7 @@ class Pipeline:
             end = min(slot_base + slot_count, self.pool_slots)
             index[job_id << 32 | ip] = (worker if worker < n_workers else -1, port,
                                         2 * job_index, n_workers, slot_base, end, mcast_grp,
-                                        self._upstream.get(job_id))
+                                        self._upstream.get(job_id), job[8] != 0)
         return index
 
     @staticmethod
@@ -375,15 +377,19 @@ class Pipeline:
         end = min(slot_base + slot_count, self.pool_slots)
         if not slot_base <= slot < end:
             return Drop.BAD_SLOT
-        return (UPPER, up[0], 2 * job_index, n_workers, slot_base, end, mcast_grp, up)
+        return (UPPER, up[0], 2 * job_index, n_workers, slot_base, end, mcast_grp, up,
+                job[8] != 0)
 
     def _aggregate(self, buf, payload, length: int, in_port: int, member: tuple, h: tuple):
         """The register part of ``MyIngress.apply`` for an admitted contribution."""
-        worker, _, cell, n_workers, _, _, group, up = member
+        worker, _, cell, n_workers, _, _, group, up, shared = member
         slot, ver, exp = h[13], h[14], h[15]
         payload = payload[:self.words]
         # qaina.p4 indexes its registers with bit<32> arithmetic: slot + ver * POOL_SLOTS.
         copy, shadow = (slot + self.pool_slots, slot) if ver else (slot, slot + self.pool_slots)
+        if shared:
+            self._aggregate_shared(buf, payload, length, in_port, member, h, copy)
+            return
         seen_cells, count_cells, exp_cells, cells = self._seen, self._count, self._exp, self.cells
         seen, count = seen_cells[copy], count_cells[copy]
         if self._owner[copy] != h[10]:  # another job's use: this job's starts afresh
@@ -439,6 +445,89 @@ class Pipeline:
             return
         self._result_to_all(buf, cell, group)
 
+    def _aggregate_shared(self, buf, payload, length: int, in_port: int, member: tuple,
+                          h: tuple, copy: int):
+        """The register part of ``MyIngress.apply`` for a job of the shared allocation
+        (ATP): the chunk ``(job_id, seq)`` aggregates in slot copy ``copy`` if it holds
+        it or claims it free; anything else goes to the job's fallback host (the
+        upstream) as a single."""
+        worker, _, cell, n_workers, _, _, group, up, _ = member
+        job_id, flags, exp, seq = h[10], h[12], h[15], h[16]
+        seen_cells, count_cells, exp_cells, cells = self._seen, self._count, self._exp, self.cells
+        seen, count, final = seen_cells[copy], count_cells[copy], self.agg_final[copy]
+        mine = self._owner[copy] == job_id and self.agg_seq[copy] == seq and seen != 0
+        free = count == 0 and (seen == 0 or final == 1)
+        row = self._rows[copy]
+        if worker == UPPER:
+            # The fallback host's result: it releases the copy that holds the chunk's
+            # sum; for a chunk no copy holds, it only goes down.
+            if mine and count == 0 and not final:
+                row[:] = payload
+                exp_cells[copy] = exp
+                self.agg_final[copy] = 1
+            self._result_to_all(buf, cell, group)
+            return
+        mask, retx = 1 << worker, flags & FLAG_RETX
+        if mine and not seen & mask:  # another worker of the use that holds the copy
+            seen_cells[copy] = seen | mask
+            _count(cells["MyIngress.agg_packets"], cell, length)
+            np.add(row, payload, row)
+            stored = exp_cells[copy]
+            if stored > exp:
+                exp = stored
+            else:
+                exp_cells[copy] = exp
+            count = (count + 1) & 0xFF  # bit<8>
+            if count != n_workers:
+                count_cells[copy] = count
+                return
+            self._shared_complete(buf, payload, length, copy, cell, exp, up)
+        elif mine and count != 0:
+            if not retx:
+                self._drop(Drop.DUPLICATE, length)
+                return
+            # A worker of the open use timed out: the use is given up, its
+            # contributions go to the fallback host from now on.
+            seen_cells[copy] = 0
+            count_cells[copy] = 0
+            buf[_FLAGS] = FLAG_RETX
+            self._single_to_fallback(buf, up)
+        elif mine:  # complete: answer once the result is in, else send the sum again
+            payload[:] = row
+            buf[_EXP] = exp_cells[copy] & 0xFF
+            if not final:
+                buf[_FLAGS] = FLAG_RETX
+                self._partial_to_upstream(buf, up)
+            else:
+                self._result_to_sender(buf, in_port, cell, exp_cells[copy], length)
+        elif free and not retx:  # a free copy: this chunk claims it
+            self._owner[copy] = job_id
+            self.agg_seq[copy] = seq
+            seen_cells[copy] = mask
+            row[:] = payload
+            exp_cells[copy] = exp
+            self.agg_final[copy] = 0
+            _count(cells["MyIngress.slots_opened"], cell, length)
+            _count(cells["MyIngress.agg_packets"], cell, length)
+            if n_workers != 1:
+                count_cells[copy] = 1
+                return
+            self._shared_complete(buf, payload, length, copy, cell, exp, up)
+        else:  # collision: the copy is another use's
+            _count(cells["MyIngress.fallback_packets"], cell, length)
+            self._single_to_fallback(buf, up)
+
+    def _shared_complete(self, buf, payload, length: int, copy: int, cell: int, exp: int,
+                         up: tuple):
+        """A shared use is complete: its sum goes to the fallback host, and the copy
+        stays held (``agg_final`` 0) until the host's result comes back."""
+        self._count[copy] = 0
+        _count(self.cells["MyIngress.slots_closed"], cell, length)
+        payload[:] = self._rows[copy]
+        buf[_EXP] = exp & 0xFF
+        buf[_FLAGS] = 0
+        self._partial_to_upstream(buf, up)
+
     def _take_upper_result(self, buf, payload, length: int, copy: int, seen: int, count: int,
                            cell: int, group: int, h: tuple):
         """The upper aggregator's result for the use whose sum went up: stored (to
@@ -455,14 +544,24 @@ class Pipeline:
     def _partial_to_upstream(self, buf, up: tuple):
         """``partial_to_upstream``: out to the upper aggregator as this switch's
         contribution."""
-        port, addr, mac, worker = up
+        buf[_WORKER] = up[3]
+        self._to_upstream(buf, up)
+
+    def _single_to_fallback(self, buf, up: tuple):
+        """``single_to_fallback``: a worker's contribution out to the job's fallback
+        host, its worker index kept, ``FLAG_FALLBACK`` added."""
+        buf[_FLAGS] |= FLAG_FALLBACK
+        self._to_upstream(buf, up)
+
+    def _to_upstream(self, buf, up: tuple):
+        """Out of the upstream port, from this aggregator to the upstream's address."""
+        port, addr, mac, _ = up
         buf[ETH_SRC] = buf[ETH_DST]
         buf[ETH_DST] = mac
         buf[IP_SRC] = buf[IP_DST]
         _ADDR.pack_into(buf, IP_DST.start, addr)
         buf[IP_TTL] = RESULT_TTL
         buf[UDP_CSUM] = b"\0\0"
-        buf[_WORKER] = worker
         _CHECKSUM.pack_into(buf, IP_CSUM, ipv4_checksum(buf))
         if self.pre.pending:  # frames leave in the order their packets caused them
             self.pre.flush()
