@@ -289,6 +289,21 @@ class SwitchConnection:
             g.replicas.add(egress_port=port, instance=instance)
         self._write(f"multicast group {group}", [u])
 
+    def write_registers(self, name: str, cells: dict[int, int]):
+        """Set register cells ``{index: value}`` in one Write (the embedded switch
+        serves these; BMv2 answers UNIMPLEMENTED, ``BMv2Target.registers`` writes them
+        through Thrift)."""
+        r = self.p4info.register(name)
+        updates = []
+        for index, value in sorted(cells.items()):
+            u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.MODIFY)
+            u.entity.register_entry.register_id = r.id
+            u.entity.register_entry.index.index = index
+            u.entity.register_entry.data.bitstring = encode(value, r.bitwidth)
+            updates.append(u)
+        if updates:
+            self._write(f"write {len(updates)} cells of register {name}", updates)
+
     # -- reads -------------------------------------------------------------------------
     def _read(self, what: str, entity, timeout: float = 10.0) -> list:
         req = p4runtime_pb2.ReadRequest(device_id=self.device_id)

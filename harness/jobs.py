@@ -2,7 +2,9 @@
 
 A job owns a contiguous range of the switch's shared slot pool (a static partition
 sized by the control plane), one multicast group and one ``result_rewrite`` entry per
-worker. ``program_job`` writes all of it over P4Runtime; ``program_aggregator`` makes a
+worker. A job of the shared allocation (``Job.shared``, ATP-style) places its chunks on
+copies of one shared region instead, and sends what does not fit to its fallback host,
+its ``upstream`` (``p4/README.md``, "Shared allocation"). ``program_job`` writes all of it over P4Runtime; ``program_aggregator`` makes a
 switch answer for an aggregator address.
 """
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..hosts.lanes import LaneFormat
 from ..p4.constants import MAX_JOBS, MAX_WORKERS, POOL_SLOTS
+from ..p4.header import FALLBACK_WORKER
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,8 @@ class Worker:
 
 @dataclass(frozen=True)
 class Upstream:
-    """Two levels: where a lower aggregator sends its sum (``upstream_table``)."""
+    """Two levels: where a lower aggregator sends its sum (``upstream_table``); the
+    shared allocation: the job's fallback host, with ``worker`` ``FALLBACK_WORKER``."""
     port: int  # this switch's port towards the upper aggregator
     ip: int  # the upper aggregator's address
     mac: int
@@ -44,7 +48,9 @@ class Job:
     slot_count: int
     workers: list[Worker] = field(default_factory=list)
     upstream: Upstream | None = None  # two levels: this switch's sum goes up there
-    shared: bool = False  # --allocation shared: upstream is the job's fallback host
+    #: the shared allocation: ``slot_base``/``slot_count`` are the shared region, and
+    #: ``upstream`` is the job's fallback host
+    shared: bool = False
 
     @property
     def mcast_grp(self) -> int:
@@ -106,16 +112,34 @@ def program_job(conn, job: Job):
     if len(job.workers) > job.fmt.workers:
         raise ValueError(f"job {job.job_id} has {len(job.workers)} workers here, its "
                          f"format is sized for {job.fmt.workers}")
+    if job.shared and (job.upstream is None or job.upstream.worker != FALLBACK_WORKER):
+        raise ValueError(f"job {job.job_id} is shared: its upstream must be its fallback "
+                         f"host, as worker {FALLBACK_WORKER}")
     conn.insert_many(job_entries(job))
     conn.set_multicast_group(job.mcast_grp, [(w.port, job.rid(w.index)) for w in job.workers])
 
 
-def release_job(conn, job: Job):
+def release_job(conn, job: Job, registers=None):
     """Remove what ``program_job`` installed: the job's packets are dropped from then on,
     and its slots may be given to another job (whose first use of each starts afresh,
-    ``agg_owner`` in qaina.p4)."""
+    ``agg_owner`` in qaina.p4). A shared job's copies are freed too (``free_copies``):
+    ``registers`` reads and writes the switch's registers (``conn`` by default, over
+    P4Runtime; ``SwitchProcess.registers`` gives the one of each target)."""
     conn.delete_many(job_entries(job))
     conn.delete_multicast_group(job.mcast_grp)
+    if job.shared:
+        free_copies(registers or conn, job.job_id)
+
+
+def free_copies(registers, job_id: int) -> int:
+    """Free every slot copy whose use belongs to ``job_id`` (``agg_owner``):
+    ``agg_count`` and ``agg_seen`` 0, so that a job that leaves mid-use cannot hold
+    copies of the shared pool. Returns how many copies it freed."""
+    owner = registers.read_register("MyIngress.agg_owner")
+    held = {copy: 0 for copy, owner_id in owner.items() if owner_id == job_id}
+    registers.write_registers("MyIngress.agg_count", held)
+    registers.write_registers("MyIngress.agg_seen", held)
+    return len(held)
 
 
 def job_entries(job: Job) -> list[tuple]:
@@ -125,7 +149,7 @@ def job_entries(job: Job) -> list[tuple]:
                 {"job_index": job.index, "n_workers": len(job.workers),
                  "slot_base": job.slot_base,
                  "slot_count": job.slot_count, "mcast_grp": job.mcast_grp, "bits": fmt.bits,
-                 "lane_width": fmt.width, "lanes": fmt.lanes})]
+                 "lane_width": fmt.width, "lanes": fmt.lanes, "shared": int(job.shared)})]
     for w in job.workers:
         entries.append(("MyIngress.member_table",
                         {"hdr.qaina.job_id": job.job_id, "hdr.ipv4.srcAddr": w.ip},

@@ -71,6 +71,11 @@ class SwitchProcess:
         groups, every register and counter zero (P4Runtime's VERIFY_AND_COMMIT)."""
         conn.set_pipeline(self.device_config())
 
+    def registers(self, conn):
+        """What reads and writes this switch's registers (``read_register(name)``,
+        ``write_registers(name, cells)``): ``conn``, over P4Runtime."""
+        return conn
+
     def describe(self) -> dict:
         """What program runs the switch: for the results."""
         return {"target": self.kind, "payload_words": self.words}
@@ -295,6 +300,11 @@ class BMv2Target(SwitchProcess):
             raise TargetError(f"{self.name}: simple_switch_CLI failed: {exc}") from None
         return res.stdout + res.stderr
 
+    def registers(self, conn):
+        """BMv2's P4Runtime server neither reads nor writes registers: its Thrift
+        CLI does (``ThriftRegisters``)."""
+        return ThriftRegisters(self)
+
     def register_read(self, name: str) -> list[int]:
         """A whole register array through BMv2's Thrift CLI (P4Runtime cannot)."""
         out = self.cli([f"register_read {name}"])
@@ -312,6 +322,26 @@ class BMv2Target(SwitchProcess):
         if os.path.exists(path):
             os.unlink(path)
         self.guard.remove()
+
+
+class ThriftRegisters:
+    """A BMv2 switch's registers through ``simple_switch_CLI``, with the methods of
+    ``SwitchConnection`` that read and write them."""
+
+    def __init__(self, target: BMv2Target):
+        self.target = target
+
+    def read_register(self, name: str) -> dict[int, int]:
+        return dict(enumerate(self.target.register_read(name)))
+
+    def write_registers(self, name: str, cells: dict[int, int]):
+        if not cells:
+            return
+        out = self.target.cli([f"register_write {name} {i} {v}"
+                               for i, v in sorted(cells.items())])
+        if "Error" in out or "Invalid" in out:
+            raise TargetError(f"{self.target.name}: register_write {name} failed: "
+                              f"{out[-500:]}")
 
 
 def make_target(kind: str, *args, thrift_port: int | None = None, log_packets: bool = False,

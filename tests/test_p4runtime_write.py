@@ -455,17 +455,17 @@ def register_update(conn, kind, index=3):
     return u
 
 
-@case("UNIMPLEMENTED")
+@case("OK", bmv2="UNIMPLEMENTED")
 def register_modify(conn):
     return [register_update(conn, U.MODIFY)]
 
 
-@case("UNIMPLEMENTED")
+@case("OUT_OF_RANGE", bmv2="UNIMPLEMENTED")
 def register_index_out_of_range(conn):
     return [register_update(conn, U.MODIFY, index=4096)]
 
 
-@case("UNIMPLEMENTED")
+@case("INVALID_ARGUMENT", bmv2="UNIMPLEMENTED")
 def register_insert(conn):
     return [register_update(conn, U.INSERT)]
 

@@ -24,7 +24,7 @@ import grpc
 
 from .. import program
 from ..header import PAYLOAD_WORDS
-from ..p4info import P4Info, difference, encode
+from ..p4info import P4Info, decode, difference, encode
 from ..proto import code_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2
 from .pipeline import Pipeline, PipelineError
 from .updates import check_entry, match_key, replicas, table_action
@@ -330,6 +330,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             self._write_mcast(pipeline, update.type, pre.multicast_group_entry)
         elif kind == "counter_entry":
             self._write_counter(pipeline, update.type, entity.counter_entry)
+        elif kind == "register_entry":
+            self._write_register(pipeline, update.type, entity.register_entry)
         elif kind in ("direct_counter_entry", "direct_meter_entry"):
             raise PipelineError("INVALID_ARGUMENT",
                                 f"{kind}: no table of this program has a direct resource")
@@ -337,6 +339,31 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             raise PipelineError("INVALID_ARGUMENT", "the update has no entity")
         else:
             raise PipelineError("UNIMPLEMENTED", f"writing {kind} is not supported")
+
+    @staticmethod
+    def _write_register(pipeline, kind, entry):
+        """MODIFY sets one cell (``index`` given) or every cell of a register array to
+        ``data`` (a bitstring); INSERT and DELETE are INVALID_ARGUMENT (spec,
+        "Register Entry")."""
+        if kind != _UPDATE.MODIFY:
+            raise PipelineError("INVALID_ARGUMENT", "a register entry can only be modified")
+        info = pipeline.p4info.registers.get(entry.register_id)
+        if info is None:
+            raise PipelineError("INVALID_ARGUMENT",
+                                f"no register with id {entry.register_id} in the P4Info")
+        if entry.data.WhichOneof("data") != "bitstring" or not entry.data.bitstring:
+            raise PipelineError("INVALID_ARGUMENT",
+                                f"{info.name}: the data must be a non-empty bitstring")
+        value = decode(entry.data.bitstring, info.bitwidth)
+        cells = slice(0, info.size)
+        if entry.HasField("index"):
+            i = entry.index.index
+            if i < 0:
+                raise PipelineError("INVALID_ARGUMENT", f"register index {i} is negative")
+            if i >= info.size:
+                raise PipelineError("OUT_OF_RANGE", f"{info.name}: index {i} >= {info.size}")
+            cells = slice(i, i + 1)
+        pipeline.registers[info.name][cells] = value
 
     def _table(self, pipeline: Pipeline, table_id: int):
         table = pipeline.tables.get(table_id)
