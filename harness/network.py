@@ -317,7 +317,8 @@ class Testbed:
 
     def remove_job(self, placements: dict[str, Job]):
         for sw, job in placements.items():
-            release_job(self.conns[sw], job)
+            release_job(self.conns[sw], job,
+                        registers=self.net.get(sw).target.registers(self.conns[sw]))
 
     def placements(self, job: Job, top: str, levels: int = 1) -> dict[str, Job]:
         """The job as each switch that aggregates it holds it, ``top`` (``job``'s
