@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from qaina_bench.harness import bench
-from qaina_bench.harness.jobs import (Job, Worker, program_aggregator, program_guard, program_job,
-                                      program_route)
+from qaina_bench.harness.jobs import (Job, Upstream, Worker, program_aggregator, program_guard,
+                                      program_job, program_route)
 from qaina_bench.p4.constants import Drop
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.p4.embedded import burst
 from qaina_bench.p4.embedded import pipeline as pl
-from qaina_bench.p4.header import QAINA_OFFSET
+from qaina_bench.p4.header import FALLBACK_WORKER, QAINA_OFFSET
 from qaina_bench.p4.p4info import P4Info
 
 INFO = P4Info.load()
@@ -123,3 +123,42 @@ def test_burst_paths_match_the_per_packet_path(bits, faults, monkeypatch):
     assert ref.counters["MyIngress.slots_closed"][0, 0] > 0
     assert (ref.counters["MyIngress.drops"][Drop.SPOOFED_SOURCE, 0] > 0) == faults
 
+
+
+@pytest.mark.parametrize("shed_level", [0, 3])
+def test_a_shared_jobs_bursts_take_the_per_packet_path(shed_level):
+    """The burst path declines a job of the shared allocation (as it declines two
+    levels), shedding or not: its windows run frame by frame, as ``process`` runs them,
+    and nothing of it is shed."""
+    up = Upstream(9, 0x0A0001FE, 0x0200000001FE, FALLBACK_WORKER)
+    job = Job(1, 0, LaneFormat(4, 4), 0, bench.BENCH_SLOTS,
+              [Worker(k, 0x0A000001 + k, 0x020000000001 + k, k + 1) for k in range(4)],
+              up, shared=True)
+    frames = bench._frames(job, bench.BENCH_SLOTS)
+    out_ref, out_burst = [], []
+    ref = make_pipeline(job, out_ref)
+    new = make_pipeline(job, out_burst)
+    store = bytearray(BURST * 2052)
+    slots = [pl.frame_slot(store, i * 2052 + pl.SLOT_ALIGN_OFFSET, 2048) for i in range(BURST)]
+    rows = np.ndarray((BURST, 2048), np.uint8, buffer=store, offset=pl.SLOT_ALIGN_OFFSET,
+                      strides=(2052, 1))
+    for w in range(4):
+        mine = [f for k, f in frames if k == w]
+        for i in range(0, len(mine), BURST):
+            chunk = mine[i:i + BURST]
+            for f in chunk:
+                ref.process(w + 1, f)
+            for n, f in enumerate(chunk):
+                slots[n][0][:len(f)] = f
+            lengths = [len(f) for f in chunk]
+            assert not burst.take_burst(new, w + 1, slots[:len(chunk)], lengths,
+                                        rows[:len(chunk)], shed_level, shedding=shed_level > 0)
+            new.process_burst(w + 1, slots[:len(chunk)], lengths, rows[:len(chunk)],
+                              shed_level=shed_level)
+    assert per_port(out_ref) == per_port(out_burst)
+    assert len(per_port(out_ref)[9]) == 2 * bench.BENCH_SLOTS  # every use went to the host
+    for name in ref.registers:
+        assert np.array_equal(ref.registers[name], new.registers[name]), name
+    for name in ref.counters:
+        assert np.array_equal(ref.counters[name], new.counters[name]), name
+    assert new.shed_packets == 0 and new.internal_errors == 0
