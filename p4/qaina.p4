@@ -9,6 +9,10 @@
  * arrives. Each slot has two
  * copies (hdr.qaina.ver) so that a retransmitted contribution for a completed slot is
  * answered with the stored result (SwitchML's shadow-copy scheme, see p4/README.md).
+ * A job of the shared allocation (set_job's shared = 1, ATP-style) instead places
+ * the chunk (job, seq) on a copy of its shared region when the copy is free or
+ * already holds it, and sends anything else to its fallback host (upstream_table)
+ * with FLAG_FALLBACK; the copy is held until the fallback host's result comes back.
  * All other IPv4 traffic is routed by ipv4_lpm.
  *
  * Before either, every IPv4 packet passes source address validation: a port the
