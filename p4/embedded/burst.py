@@ -243,7 +243,7 @@ def _contribute(p, slots, lengths, frames: np.ndarray, sel, copies: np.ndarray, 
                 member: tuple):
     """First contributions of one worker (``mask``: its bit) to distinct slot uses:
     the frames ``sel`` of the burst (None: all of them)."""
-    _, _, cell, n_workers, _, _, group, _ = member
+    _, _, cell, n_workers, _, _, group, _, _ = member
     k = len(lengths)
     rows = slice(0, k) if sel is None else sel
     mine = copies if sel is None else copies[sel]
