@@ -253,6 +253,11 @@ def print_summary(summary: dict, directory: Path):
                        if j.get("time_to_target_s") is not None else
                        f", {j['target_accuracy']:.2f} not reached")
             click.echo(f"    test accuracy {j['final_test_accuracy']:.3f}{reached}")
+        fb = j.get("fallback")
+        if fb and j.get("switch_share") is not None:
+            click.echo(f"    shared pool: the switch summed {j['switch_share']:.0%} of the "
+                       f"chunks, the fallback host {fb['chunks_hosts']} chunks from "
+                       f"{fb['singles']} singles")
     if summary.get("startup_to_first_send_s") is not None:
         click.echo(f"first packet {summary['startup_to_first_send_s']:.1f} s after start")
     print_fidelity(summary)

@@ -27,7 +27,7 @@ ITERATION_COLUMNS = ["job", "worker", "iteration", "start", "end", "completion_s
                      "wakeups"]
 TIMESERIES_COLUMNS = ["time", "kind", "switch", "job", "interface", "slots_opened",
                       "slots_closed", "slots_in_use", "agg_packets", "retx_answered",
-                      "results_sent", "bytes_sent", "bytes_recv", "packets_sent",
+                      "results_sent", "fallback_packets", "bytes_sent", "bytes_recv", "packets_sent",
                       "packets_recv", "reason", "drops", "process", "user_s", "system_s",
                       "wait_s", "nice_s", "idle_s", "iowait_s", "irq_s", "softirq_s",
                       "steal_s"]

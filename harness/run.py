@@ -325,7 +325,7 @@ class Run:
                       f"hosts {', '.join(w.host for w in job.workers)}")
             lower = [f"{sw} ({', '.join(w.host for w in j.workers)})"
                      for sw, j in self._placements(job).items() if j.upstream is not None]
-            if cfg.mode == "ina" and lower:
+            if cfg.mode == "ina" and lower and not self.shared:
                 self.echo(f"    two levels: {'; '.join(lower)} sum below {agg}")
 
     def _placements(self, job: Job) -> dict:

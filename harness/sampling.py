@@ -30,7 +30,7 @@ from .cpustat import STAT_FIELDS, SchedClock, machine_times, process_times
 from .resultset import ResultWriter
 
 COUNTERS = ("MyIngress.slots_opened", "MyIngress.slots_closed", "MyIngress.agg_packets",
-            "MyIngress.retx_answered", "MyEgress.results_sent")
+            "MyIngress.retx_answered", "MyEgress.results_sent", "MyIngress.fallback_packets")
 SATURATED = 0.9  # busy share of a core (or of all cores) that counts as saturated
 
 

@@ -509,10 +509,12 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
                 }
             } else if (mine && count != 0) {
                 if (retx) {
-                    /* A worker of the open use timed out: the use is given up and
-                       its contributions go to the fallback host from now on. */
+                    /* A worker of the open use timed out: the use is given up (it
+                       leaves the switch: closed) and its contributions go to the
+                       fallback host from now on. */
                     agg_seen.write(copy, 0);
                     agg_count.write(copy, 0);
+                    slots_closed.count((bit<32>)meta.job_index);
                     hdr.qaina.flags = FLAG_RETX;
                     single_to_fallback();
                 } else {

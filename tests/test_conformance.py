@@ -840,6 +840,7 @@ def test_shared_retransmission_gives_up_an_open_use_and_never_claims(sw):
     assert count(sw, "fallback_packets", 0, 0) == 0
     regs = sw.registers()
     assert regs["MyIngress.agg_seen"][6] == 0 and regs["MyIngress.agg_count"][6] == 0
+    assert count(sw, "slots_closed", 0, 1) == 1  # the use left the switch: not in use
     # The copy is free now, but a retransmission does not claim it.
     send(sw, job, 2, words[2], slot=6, seq=7, flags=FLAG_RETX)
     check_to_fallback(one_to_fallback(sw), job, 2, FLAG_FALLBACK | FLAG_RETX, words[2], seq=7)

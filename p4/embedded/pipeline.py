@@ -486,10 +486,11 @@ class Pipeline:
             if not retx:
                 self._drop(Drop.DUPLICATE, length)
                 return
-            # A worker of the open use timed out: the use is given up, its
-            # contributions go to the fallback host from now on.
+            # A worker of the open use timed out: the use is given up (it leaves
+            # the switch: closed), its contributions go to the fallback host from now on.
             seen_cells[copy] = 0
             count_cells[copy] = 0
+            _count(self.cells["MyIngress.slots_closed"], cell, length)
             buf[_FLAGS] = FLAG_RETX
             self._single_to_fallback(buf, up)
         elif mine:  # complete: answer once the result is in, else send the sum again
