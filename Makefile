@@ -15,7 +15,7 @@ APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables procps cgroup-too
 TOPO ?= leafspine
 PYTEST_ARGS ?=
 
-SPECS := qaina-jobs gradiveq links loss error levels arrivals
+SPECS := qaina-jobs gradiveq links loss error levels arrivals sharing
 
 .PHONY: up test docker-test deps venv shell-tool bench clean p4info figures figures-quick
 

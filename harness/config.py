@@ -171,7 +171,7 @@ class RunConfig:
         if self.arrivals is not None:
             from .arrivals import arrival_offsets
             arrival_offsets(self.arrivals, self.jobs, self.seed)
-        if self.mode == "ina" and self.slots > self.pool_slots:
+        if self.mode == "ina" and self.allocation == "static" and self.slots > self.pool_slots:
             raise PoolError(f"--slots {self.slots}: a job needs more slots than the pool of "
                             f"{self.pool_slots} holds; use fewer slots or a larger --pool-slots")
         if (self.mode == "ina" and self.arrivals is None and self.allocation == "static"

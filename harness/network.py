@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import subprocess
+import threading
 from collections import deque
 from dataclasses import replace
 from functools import partial
@@ -29,9 +30,9 @@ from ..p4.header import FALLBACK_WORKER, QAINA_WORDS
 from .control import SwitchConnection
 from .cpulimit import LimitedHost, cgroup_dirs
 from .linkloss import apply_loss, remove_table
-from .jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, guard_entries,
-                   ip_to_int, mac_to_int, program_aggregator, program_job, release_job,
-                   result_entry, source_entry)
+from .jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, free_copies,
+                   guard_entries, ip_to_int, mac_to_int, program_aggregator, program_job,
+                   release_job, result_entry, source_entry)
 from .record import RunRecord
 from .targets import make_target
 
@@ -135,6 +136,8 @@ class Testbed:
         #: source_guard entries installed: (switch, port, address) -> results (0 or 1)
         self._admitted: dict[tuple[str, int, int], int] = {}
         self._fallbacks: dict[int, str] = {}  # fallback host address -> host
+        self._freeing: list[threading.Thread] = []  # copies of shared jobs being freed
+        self.free_errors: list[str] = []
         self.mininet_log: MininetLog | None = None
 
     # -- bring-up ----------------------------------------------------------------------
@@ -316,9 +319,23 @@ class Testbed:
                 self._admit(sw, address, job.upstream.port, top, entry=source_entry)
 
     def remove_job(self, placements: dict[str, Job]):
+        """Delete a job's entries; a shared job's copies are freed meanwhile in the
+        background (through BMv2's Thrift CLI that takes a second, and a job that
+        arrives must not wait for it)."""
         for sw, job in placements.items():
-            release_job(self.conns[sw], job,
-                        registers=self.net.get(sw).target.registers(self.conns[sw]))
+            registers = self.net.get(sw).target.registers(self.conns[sw])
+            release_job(self.conns[sw], replace(job, shared=False))
+            if job.shared:
+                t = threading.Thread(target=self._free_copies, args=(registers, job.job_id),
+                                     name=f"free-{sw}-{job.job_id}", daemon=True)
+                t.start()
+                self._freeing.append(t)
+
+    def _free_copies(self, registers, job_id: int):
+        try:
+            free_copies(registers, job_id)
+        except Exception as exc:  # the switch went away meanwhile: nothing to free
+            self.free_errors.append(f"freeing job {job_id}'s copies: {exc}")
 
     def placements(self, job: Job, top: str, levels: int = 1) -> dict[str, Job]:
         """The job as each switch that aggregates it holds it, ``top`` (``job``'s
@@ -412,6 +429,8 @@ class Testbed:
     def stop(self):
         """Stop everything; if Mininet cannot (a shell left mid-command), remove what
         the run record lists instead. Raises only if something is still left."""
+        for t in self._freeing:
+            t.join(30)
         for conn in self.conns.values():
             try:
                 conn.close()

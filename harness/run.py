@@ -438,14 +438,16 @@ class Run:
             self.testbed.remove_job(self._placements(self.jobs[index]))
 
     def _admit_and_release(self):
-        """--arrivals: jobs whose agents all ended leave, arrived jobs are admitted."""
+        """--arrivals: jobs whose agents all ended leave, arrived jobs are admitted
+        (first those that fit now: freeing a leaving job's copies takes BMv2 a second)."""
         now = time.time()
+        self.admission.step(now)
         for a in self.admission.arrivals:
             if a.admitted is not None and a.left is None:
                 job_id = self.jobs[a.job].job_id
                 if all(self.ledger.poll(x.popen) == 0 for x in self.agents if x.job == job_id):
                     self.admission.leave(a.job, now)
-        self.admission.step(now)
+        self.admission.step(time.time())
 
     def _launch_servers(self):
         """--mode ps: one parameter server process per job, on the job's server host;

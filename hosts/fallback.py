@@ -11,9 +11,14 @@ result comes back through it: that result releases the copy (ATP's ACK).
 The host answers each chunk once it has all of it, either the switch's complete sum
 or a single from every worker, by sending the result to the aggregator address; the
 switch multicasts it to the job's workers. A chunk split between the switch and this
-host is completed here: a worker that waits for it retransmits, and the switch gives
-up a copy whose use a retransmission shows stuck and sends the rest here as singles.
-Results are kept to answer retransmissions of workers whose result was lost.
+host (some workers collided, the others' contributions claimed the copy later) is
+completed here: for every chunk it holds singles of, the host asks the switch for
+the partial sum of the other workers (``FLAG_FLUSH``, the singles' workers in payload
+word 0), at once and again every ``FLUSH_EVERY`` s; the switch answers with that sum
+(worker ``FALLBACK_PARTIAL``) when its copy holds exactly the other workers, and gives
+the copy up. A worker that waits retransmits meanwhile, and the switch gives up a copy
+whose use a retransmission shows stuck and sends the rest here as singles. Results are
+kept to answer retransmissions of workers whose result was lost.
 
 Sums are the switch's: wrapping 32-bit addition of the packed words, the maximum of
 the scale exponents. Run as ``python -m qaina_bench.hosts.fallback CONFIG.json``;
@@ -27,17 +32,20 @@ import json
 import signal
 import socket
 import sys
+import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..p4.header import (FALLBACK_WORKER, FLAG_FALLBACK, FLAG_RESULT, QAINA_UDP_PORT,
-                         wire)
+from ..p4.header import (FALLBACK_PARTIAL, FALLBACK_WORKER, FLAG_FALLBACK, FLAG_FLUSH,
+                         FLAG_RESULT, QAINA_UDP_PORT, wire)
 
 #: chunks whose result (or half-gathered singles) the host keeps
 KEEP = 1 << 16
+FLUSH_EVERY = 0.02  # s between requests for a split chunk's partial sum
+FLUSH_FOR = 2.0  # s after its last single a chunk is asked for no more
 
 
 @dataclass
@@ -46,6 +54,8 @@ class FallbackStats:
 
     chunks_switch: int = 0  # chunks the switch aggregated whole (their sum came here)
     chunks_hosts: int = 0  # chunks completed here from every worker's single
+    chunks_split: int = 0  # chunks completed here from singles and the switch's partial
+    flushes: int = 0  # requests for a partial sum sent to the switch
     singles: int = 0  # single contributions received (collided or given up)
     duplicates: int = 0  # singles of a worker already held for their chunk
     resent: int = 0  # results sent again (a chunk already complete came back)
@@ -56,7 +66,7 @@ class FallbackStats:
     @property
     def switch_share(self) -> float | None:
         """Share of the job's chunks the switch aggregated whole."""
-        total = self.chunks_switch + self.chunks_hosts
+        total = self.chunks_switch + self.chunks_hosts + self.chunks_split
         return self.chunks_switch / total if total else None
 
 
@@ -69,13 +79,15 @@ class FallbackAggregator:
         self.wire = wire(words)
         self.keep = keep
         self.stats = FallbackStats()
-        #: seq -> [mask of workers held, word sums (uint32), max exponent, slot, ver]
+        #: seq -> [mask of workers held, word sums (uint32), max exponent, slot, ver,
+        #: time of the last single, time of the last flush]
         self.partial: OrderedDict[int, list] = OrderedDict()
         #: seq -> result datagram
         self.done: OrderedDict[int, bytes] = OrderedDict()
 
-    def take(self, datagram) -> bytes | None:
-        """One datagram from the switch; returns the result datagram to send, if any."""
+    def take(self, datagram, now: float = 0.0) -> bytes | None:
+        """One datagram from the switch at time ``now``; returns the datagram to send
+        to the switch, if any: the chunk's result, or a request for its partial sum."""
         if len(datagram) != self.wire.datagram_len:
             self.stats.refused += 1
             return None
@@ -90,6 +102,13 @@ class FallbackAggregator:
                 self.partial.pop(seq, None)
                 return self._finish(seq, d["words"], int(d["exp"]), int(d["slot"]), int(d["ver"]))
             return self._again(seq)
+        if worker == FALLBACK_PARTIAL:  # the switch's sum of the workers we lack
+            entry = self.partial.pop(seq, None)
+            if entry is None:  # complete already
+                return None
+            self.stats.chunks_split += 1
+            np.add(entry[1], d["words"].astype(np.uint32), out=entry[1])
+            return self._finish(seq, entry[1], max(entry[2], int(d["exp"])), entry[3], entry[4])
         if not flags & FLAG_FALLBACK or not (1 << worker) & self.full:
             self.stats.refused += 1
             return None
@@ -99,7 +118,7 @@ class FallbackAggregator:
         entry = self.partial.get(seq)
         if entry is None:
             entry = self.partial[seq] = [0, np.zeros(self.wire.words, dtype=np.uint32), -128,
-                                         int(d["slot"]), int(d["ver"])]
+                                         int(d["slot"]), int(d["ver"]), now, now]
             if len(self.partial) > self.keep:
                 self.partial.popitem(last=False)
         bit = 1 << worker
@@ -110,10 +129,29 @@ class FallbackAggregator:
         np.add(entry[1], d["words"].astype(np.uint32), out=entry[1])
         entry[2] = max(entry[2], int(d["exp"]))
         if entry[0] != self.full:
-            return None
+            entry[5] = entry[6] = now
+            return self._flush(seq, entry)
         del self.partial[seq]
         self.stats.chunks_hosts += 1
         return self._finish(seq, entry[1], entry[2], entry[3], entry[4])
+
+    def _flush(self, seq: int, entry: list) -> bytes:
+        """The request for the partial sum of the workers ``entry`` lacks."""
+        self.stats.flushes += 1
+        have = np.zeros(self.wire.words, dtype=np.uint32)
+        have[0] = entry[0]
+        return self.wire.datagram(have, job_id=self.job_id, flags=FLAG_RESULT | FLAG_FLUSH,
+                                  slot=entry[3], ver=entry[4], seq=seq)
+
+    def flushes(self, now: float) -> list[bytes]:
+        """Requests again for the chunks still split ``FLUSH_EVERY`` after the last
+        one (for ``FLUSH_FOR`` after their last single)."""
+        out = []
+        for seq, entry in self.partial.items():
+            if now - entry[6] >= FLUSH_EVERY and now - entry[5] < FLUSH_FOR:
+                entry[6] = now
+                out.append(self._flush(seq, entry))
+        return out
 
     def _finish(self, seq: int, words, exp: int, slot: int, ver: int) -> bytes:
         result = self.wire.datagram(words, job_id=self.job_id, flags=FLAG_RESULT, slot=slot,
@@ -142,30 +180,41 @@ class FallbackConfig:
 
 
 def serve(cfg: FallbackConfig, stop) -> FallbackAggregator:
-    """Answer the switch until ``stop()`` is true (checked every 0.2 s)."""
+    """Answer the switch until ``stop()`` is true (checked every ``FLUSH_EVERY``)."""
     agg = FallbackAggregator(cfg.job_id, cfg.workers, cfg.words)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     sock.bind(("0.0.0.0", cfg.port))
-    sock.settimeout(0.2)
+    sock.settimeout(FLUSH_EVERY)
     dest = (cfg.aggregator, cfg.aggregator_port)
     buf = bytearray(65536)
     view = memoryview(buf)
+    last_flush = time.monotonic()
+
+    def send(datagram):
+        try:
+            sock.sendto(datagram, dest)
+        except OSError:  # a full queue: the workers retransmit, it comes again
+            pass
+
     try:
         while not stop():
             try:
                 size, sender = sock.recvfrom_into(buf)
             except socket.timeout:
-                continue
-            if sender[0] != cfg.aggregator:
-                agg.stats.refused += 1
-                continue
-            result = agg.take(view[:size])
-            if result is not None:
-                try:
-                    sock.sendto(result, dest)
-                except OSError:  # a full queue: the workers retransmit, it comes again
-                    pass
+                size = None
+            now = time.monotonic()
+            if size is not None:
+                if sender[0] != cfg.aggregator:
+                    agg.stats.refused += 1
+                    continue
+                out = agg.take(view[:size], now)
+                if out is not None:
+                    send(out)
+            if now - last_flush >= FLUSH_EVERY:
+                last_flush = now
+                for out in agg.flushes(now):
+                    send(out)
     finally:
         sock.close()
         agg.stats.unfinished = len(agg.partial)

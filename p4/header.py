@@ -49,6 +49,11 @@ FLAG_FALLBACK = 0x04
 #: shared allocation: the worker index a switch's complete sum carries to the job's
 #: fallback host (``set_upstream``'s ``worker`` of a shared job)
 FALLBACK_WORKER = 255
+#: shared allocation: on a packet from the fallback host, asks the switch for the partial
+#: sum of the chunk that completes the singles the host holds (their workers' bitmap in
+#: payload word 0); the switch answers with worker ``FALLBACK_PARTIAL``
+FLAG_FLUSH = 0x08
+FALLBACK_PARTIAL = 254
 
 ETH_LEN, IPV4_LEN, UDP_LEN = 14, 20, 8
 

@@ -46,6 +46,8 @@ const bit<16> QAINA_IPV4_LEN = 168;     /* 20 IPv4 + QAINA_UDP_LEN              
 const bit<8>  FLAG_RESULT = 0x01;
 const bit<8>  FLAG_RETX = 0x02;
 const bit<8>  FLAG_FALLBACK = 0x04;     /* shared: a single sent on to the fallback host */
+const bit<8>  FLAG_FLUSH = 0x08;        /* shared: the fallback host asks for a partial   */
+const bit<8>  FALLBACK_PARTIAL = 254;   /* shared: worker index of that partial sum      */
 const bit<8>  RESULT_TTL = 64;
 
 /* Indexes of MyIngress.drops: why a packet was dropped. */
@@ -473,7 +475,26 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
             bool mine = owner == hdr.qaina.job_id && seq == hdr.qaina.seq && seen != 0;
             bool free = count == 0 && (seen == 0 || final == 1);
             bool retx = (hdr.qaina.flags & FLAG_RETX) != 0;
-            if (from_upstream) {
+            if (from_upstream && (hdr.qaina.flags & FLAG_FLUSH) != 0) {
+                /* The fallback host holds singles of the workers in payload word 0:
+                   if this copy holds the chunk's other workers exactly, their partial
+                   sum goes to the host and the use is given up (closed). */
+                bit<32> have = hdr.payload.w0;
+                bit<64> full = ((bit<64>)1 << meta.n_workers) - 1;
+                if (mine && count != 0 && (seen & have) == 0
+                        && (bit<64>)(seen | have) == full) {
+                    ALL_WORDS(LOAD_WORD)
+                    agg_exp.read(hdr.qaina.exp, copy);
+                    agg_seen.write(copy, 0);
+                    agg_count.write(copy, 0);
+                    slots_closed.count((bit<32>)meta.job_index);
+                    hdr.qaina.flags = 0;
+                    partial_to_upstream();
+                    hdr.qaina.worker = FALLBACK_PARTIAL;
+                } else {
+                    drop_for(DROP_STALE_RESULT);
+                }
+            } else if (from_upstream) {
                 /* The fallback host's result: it releases the copy that holds the
                    chunk's sum; for a chunk no copy holds, it only goes down. */
                 if (mine && count == 0 && final == 0) {

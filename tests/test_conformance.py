@@ -26,8 +26,9 @@ from qaina_bench.harness.jobs import (Job, Upstream, Worker, aggregator_ip, aggr
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.p4.constants import POOL_SLOTS, Drop
 from conftest import open_lab
-from qaina_bench.p4.header import (FALLBACK_WORKER, FLAG_FALLBACK, FLAG_RESULT, FLAG_RETX,
-                                   PAYLOAD_WORDS, QAINA_UDP_PORT, scapy_layer)
+from qaina_bench.p4.header import (FALLBACK_PARTIAL, FALLBACK_WORKER, FLAG_FALLBACK,
+                                   FLAG_FLUSH, FLAG_RESULT, FLAG_RETX, PAYLOAD_WORDS,
+                                   QAINA_UDP_PORT, scapy_layer)
 
 QAINA = scapy_layer()
 AGG_IP, AGG_MAC = aggregator_ip(1), aggregator_mac(1)
@@ -694,12 +695,51 @@ def shared_job(lab, job_id=7, index=0, workers=WORKERS, base=0, count=8) -> Job:
     return job
 
 
-def fallback_result(job: Job, words, slot=0, ver=0, seq=0, exp=0):
-    """The fallback host's result for a chunk of ``job``."""
+def fallback_result(job: Job, words, slot=0, ver=0, seq=0, exp=0, flags=FLAG_RESULT):
+    """The fallback host's result for a chunk of ``job`` (or, with FLAG_FLUSH, its
+    request for a partial sum)."""
     return (Ether(src=FALLBACK_MAC, dst=AGG_MAC) / IP(src=FALLBACK_IP, dst=AGG_IP)
             / UDP(sport=QAINA_UDP_PORT, dport=QAINA_UDP_PORT)
-            / QAINA(job_id=job.job_id, worker=FALLBACK_WORKER, flags=FLAG_RESULT, slot=slot,
+            / QAINA(job_id=job.job_id, worker=FALLBACK_WORKER, flags=flags, slot=slot,
                     ver=ver, exp=exp, seq=seq, words=[int(x) for x in words]))
+
+
+def flush_request(lab, job: Job, have: int, slot: int, seq: int):
+    """The fallback host asks for the partial sum of the workers not in ``have``."""
+    words = [have] + [0] * (lab.words - 1)
+    return fallback_result(job, words, slot=slot, seq=seq, flags=FLAG_RESULT | FLAG_FLUSH)
+
+
+def test_shared_flush_answers_the_partial_that_completes_the_hosts_singles(sw):
+    """A split chunk: worker 0 collided, workers 1..3 claimed the copy later. The
+    fallback host's request with its singles' workers gets the other workers' partial
+    sum (worker FALLBACK_PARTIAL) and frees the copy, only when the two sets are
+    disjoint and make the whole job; any other request is dropped, nothing touched."""
+    rng = np.random.default_rng(27)
+    job = shared_job(sw)
+    words = random_words(sw, job, rng, 4)
+    for k in (1, 2):
+        send(sw, job, k, words[k], slot=4, seq=30, exp=k)
+    before = sw.registers()
+    for have in (0b0001, 0b0011, 0b1011):  # incomplete, overlapping, overlapping
+        sw.hosts[5].send(flush_request(sw, job, have, slot=4, seq=30))
+    sw.hosts[5].send(flush_request(sw, job, 0b1001, slot=4, seq=31))  # another chunk
+    got = results(sw, 5, timeout=0.3)
+    assert got == [], [(g[QAINA].worker, g[QAINA].flags, g[QAINA].seq) for g in got]
+    assert count(sw, "drops", Drop.STALE_RESULT, 4) == 4
+    assert sw.registers() == before
+    send(sw, job, 3, words[3], slot=4, seq=30, exp=-1)
+    sw.hosts[5].send(flush_request(sw, job, 0b0001, slot=4, seq=30))
+    check_to_fallback(one_to_fallback(sw), job, FALLBACK_PARTIAL, 0,
+                      wrapping_sum(words[1:]), seq=30, exp=2)
+    regs = sw.registers()
+    assert regs["MyIngress.agg_seen"][4] == 0 and regs["MyIngress.agg_count"][4] == 0
+    assert [count(sw, c, 0, 1) for c in ("slots_opened", "slots_closed")] == [1, 1]
+    # Given up: a late retransmission goes on as a single, and the copy is free to claim.
+    sw.hosts[5].send(flush_request(sw, job, 0b0001, slot=4, seq=30))
+    assert results(sw, 5, timeout=0.3) == []
+    send(sw, job, 0, words[0], slot=4, seq=32)
+    assert count(sw, "slots_opened", 0, 2) == 2
 
 
 def check_to_fallback(pkt, job: Job, worker: int, flags: int, words, seq: int, exp=None):

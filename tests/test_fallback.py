@@ -16,8 +16,8 @@ import pytest
 from qaina_bench.harness.config import ConfigError, RunConfig
 from qaina_bench.hosts.fallback import FallbackAggregator
 from qaina_bench.hosts.transport import placement
-from qaina_bench.p4.header import (FALLBACK_WORKER, FLAG_FALLBACK, FLAG_RESULT, FLAG_RETX,
-                                   wire)
+from qaina_bench.p4.header import (FALLBACK_PARTIAL, FALLBACK_WORKER, FLAG_FALLBACK,
+                                   FLAG_FLUSH, FLAG_RESULT, FLAG_RETX, wire)
 
 W = wire(32)
 
@@ -48,7 +48,11 @@ def test_singles_of_every_worker_make_the_exact_wrapping_sum_and_maximum_exponen
     parts = rng.integers(0, 2**32, (4, 32), dtype=np.uint64)
     fb = FallbackAggregator(3, 4, 32)
     outs = [fb.take(single(parts[k], k, seq=70000, exp=[-3, 2, 0, -1][k])) for k in (2, 0, 3)]
-    assert outs == [None, None, None]
+    # each single asks the switch for the partial sum of the workers still missing
+    for out, have in zip(outs, (0b0100, 0b0101, 0b1101)):
+        f = result_of(out)
+        assert int(f["flags"]) == FLAG_RESULT | FLAG_FLUSH and int(f["words"][0]) == have
+        assert (int(f["seq"]), int(f["slot"]), int(f["ver"])) == (70000, 9, 1)
     assert fb.take(single(parts[0], 0, seq=70000)) is None  # a duplicate
     r = result_of(fb.take(single(parts[1], 1, seq=70000, exp=2)))
     assert (r["words"] == parts.sum(axis=0) % 2**32).all()
@@ -56,12 +60,30 @@ def test_singles_of_every_worker_make_the_exact_wrapping_sum_and_maximum_exponen
         2, FLAG_RESULT, 70000, 9, 1)
     s = fb.stats
     assert (s.chunks_hosts, s.chunks_switch, s.singles, s.duplicates) == (1, 0, 5, 1)
+    assert s.flushes == 3 and not fb.partial
+
+
+def test_the_switch_partial_completes_a_split_chunk_and_flushes_repeat_until_it_comes():
+    rng = np.random.default_rng(2)
+    parts = rng.integers(0, 2**32, (3, 32), dtype=np.uint64)
+    fb = FallbackAggregator(3, 3, 32)
+    fb.take(single(parts[1], 1, seq=4, exp=1), now=10.0)
+    assert fb.flushes(10.01) == []  # not yet: one request per FLUSH_EVERY
+    again = fb.flushes(10.03)
+    assert len(again) == 1 and int(result_of(again[0])["words"][0]) == 0b010
+    assert fb.flushes(13.0) == []  # a chunk quiet for long is asked no more
+    partial = W.datagram((parts[0] + parts[2]) % 2**32, job_id=3, worker=FALLBACK_PARTIAL,
+                         slot=9, ver=1, exp=3, seq=4)
+    r = result_of(fb.take(partial))
+    assert (r["words"] == parts.sum(axis=0) % 2**32).all() and int(r["exp"]) == 3
+    assert fb.stats.chunks_split == 1 and fb.stats.switch_share == 0.0
+    assert fb.take(partial) is None
 
 
 def test_the_switch_sum_completes_a_chunk_and_late_packets_get_the_result_again():
     words = np.arange(32, dtype=np.uint32)
     fb = FallbackAggregator(3, 2, 32)
-    assert fb.take(single(words, 1, seq=5)) is None  # a collided single, then the switch...
+    assert fb.take(single(words, 1, seq=5)) is not None  # a single (asking), the switch...
     whole = W.datagram(words * 2, job_id=3, worker=FALLBACK_WORKER, slot=9, ver=1, exp=4, seq=5)
     r = fb.take(whole)
     assert (result_of(r)["words"] == words * 2).all() and int(result_of(r)["exp"]) == 4
@@ -70,6 +92,7 @@ def test_the_switch_sum_completes_a_chunk_and_late_packets_get_the_result_again(
     assert fb.take(whole) == r
     s = fb.stats
     assert (s.chunks_switch, s.chunks_hosts, s.resent, s.results_sent) == (1, 0, 2, 3)
+    assert fb.flushes(1e9) == []
     assert s.switch_share == 1.0 and not fb.partial
 
 
@@ -119,7 +142,10 @@ def test_the_fallback_host_process_answers_over_udp_and_writes_its_counts(tmp_pa
             for k in (0, 1):
                 agg.sendto(single(words + k, k, seq=8), ("127.0.0.1", port))
             try:
-                got, _ = agg.recvfrom(4096)
+                while got is None:  # requests for a partial sum come first
+                    data, _ = agg.recvfrom(4096)
+                    if not int(result_of(data)["flags"]) & FLAG_FLUSH:
+                        got = data
             except socket.timeout:
                 pass
         assert got is not None

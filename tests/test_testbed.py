@@ -142,10 +142,25 @@ def test_shared_pool_collisions_fall_back_to_a_host_and_every_sum_stays_exact(
         # chunks summed in the switch and on the host: both, and all of them
         assert 0 < job["switch_share"] < 1, fb
         chunks = -(-job["values_per_iteration_mean"] // (32 * job["lanes"]))
-        assert fb["chunks_switch"] + fb["chunks_hosts"] >= 2 * chunks  # and the warm-up's
+        assert fb["chunks_switch"] + fb["chunks_hosts"] + fb["chunks_split"] >= 2 * chunks
         assert final_counters(directory, spine, job["job_id"])["slots_closed"] \
             >= fb["chunks_switch"]
     assert "fallback" in {p["component"] for p in summary["processes"]}
+
+
+def test_shared_jobs_arriving_over_time_are_admitted_at_once_and_stay_exact(
+        tmp_path, target):
+    """Under the shared policy jobs hold no slots of their own: each is admitted when it
+    arrives; a job that leaves has its copies freed (over P4Runtime on the embedded
+    switch, Thrift on BMv2) while the others go on."""
+    summary, directory = execute(tmp_path, target=target, topo="star", jobs=3, workers=2,
+                                 bits=[4, 8, 4], iterations=2, slots=16, pool_slots=8,
+                                 allocation="shared", arrivals="0,0.2,0.4")
+    assert summary["complete"], summary["errors"]
+    check_exact_aggregates(directory, summary)
+    for job in summary["jobs"]:
+        assert job["wait_s"] < 0.5 and job["left_s"] is not None
+        assert job["fallback"]["chunks_hosts"] > 0  # 8 slots, 16 chunks in flight each
 
 
 def test_shared_pool_without_collisions_aggregates_every_chunk_in_the_switch(tmp_path):

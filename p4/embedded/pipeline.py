@@ -29,8 +29,8 @@ import struct
 import numpy as np
 
 from ..constants import MAX_JOBS, MAX_WORKERS, RESULT_TTL, Drop
-from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_FALLBACK, FLAG_RESULT, FLAG_RETX,
-                      IP_CSUM, IP_DST,
+from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FALLBACK_PARTIAL, FLAG_FALLBACK, FLAG_FLUSH,
+                      FLAG_RESULT, FLAG_RETX, IP_CSUM, IP_DST,
                       IP_FLAGS_FRAG, IP_PROTO, IP_SRC, IP_TTL, IP_VIHL, PAYLOAD_OFFSET,
                       PAYLOAD_WORDS, QAINA_AT, QAINA_UDP_PORT, UDP_CSUM, UDP_DPORT,
                       ipv4_checksum, wire)
@@ -458,6 +458,23 @@ class Pipeline:
         mine = self._owner[copy] == job_id and self.agg_seq[copy] == seq and seen != 0
         free = count == 0 and (seen == 0 or final == 1)
         row = self._rows[copy]
+        if worker == UPPER and flags & FLAG_FLUSH:
+            # The fallback host holds singles of the workers in payload word 0: if this
+            # copy holds the chunk's other workers exactly, their partial sum goes to
+            # the host and the use is given up (closed).
+            have = int(payload[0])
+            if mine and count != 0 and not seen & have and seen | have == (1 << n_workers) - 1:
+                payload[:] = row
+                buf[_EXP] = exp_cells[copy] & 0xFF
+                seen_cells[copy] = 0
+                count_cells[copy] = 0
+                _count(cells["MyIngress.slots_closed"], cell, length)
+                buf[_FLAGS] = 0
+                buf[_WORKER] = FALLBACK_PARTIAL
+                self._to_upstream(buf, up)
+            else:
+                self._drop(Drop.STALE_RESULT, length)
+            return
         if worker == UPPER:
             # The fallback host's result: it releases the copy that holds the chunk's
             # sum; for a chunk no copy holds, it only goes down.
