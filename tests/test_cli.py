@@ -152,7 +152,7 @@ def test_bits_as_a_comma_list_in_a_config_file(tmp_path):
     assert cfg.bits == [4, 32] and cfg.job_bits() == [4, 32]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the results directory is checked after root")
+@pytest.mark.root  # the results directory is checked after root
 def test_results_dir_that_cannot_be_written_is_one_line():
     code, out = run_cli("up", "--topo", "star", "--jobs", "1", "--results-dir", "/proc/nope")
     assert code != 0 and "cannot write results to /proc/nope" in out

@@ -5,7 +5,6 @@ next run works."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -20,7 +19,7 @@ from qaina_bench.harness.record import RunRecord, record_dir, stale_records
 from qaina_bench.harness.run import Run
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
+    pytest.mark.root,  # Mininet
     pytest.mark.skipif(shutil.which("mnexec") is None,
                        reason="mnexec missing: apt-get install mininet"),
 ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -27,13 +26,13 @@ from qaina_bench.hosts.quantize import Quantizer
 from qaina_bench.hosts.traces import open_trace
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
+    pytest.mark.root,  # Mininet
     pytest.mark.skipif(shutil.which("mnexec") is None,
                        reason="mnexec missing: apt-get install mininet"),
 ]
 
 
-@pytest.fixture(params=["embedded", "bmv2"])
+@pytest.fixture(params=["embedded", pytest.param("bmv2", marks=pytest.mark.bmv2)])
 def target(request):
     """The switch target of a run: every run below that takes it runs on both."""
     if request.param == "bmv2" and bmv2_missing():
