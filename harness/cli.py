@@ -166,13 +166,22 @@ def execute(cfg: RunConfig, hold: bool = False) -> dict:
         run = Run(cfg, echo=click.echo, hold=hold)
     except ConfigError as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        click.echo("interrupted before the run started", err=True)
+        sys.exit(130)
     try:
         summary = run.execute()
     except (RunError, ControlError, TargetError, OSError) as exc:
         click.echo(f"results so far: {run.dir}", err=True)
         _fail(exc)
-    print_summary(summary, run.dir)
-    if summary["status"] == "interrupted":
+    try:
+        print_summary(summary, run.dir)
+    except KeyboardInterrupt:
+        run.signalled = True
+    if run.signalled:  # a Ctrl-C or SIGTERM is never lost, whenever it came
+        if summary["status"] != "interrupted":
+            click.echo(f"interrupted while the run was torn down: its jobs had ended "
+                       f"({summary['status']}), the results are whole: {run.dir}")
         sys.exit(130)
     if not summary["complete"]:
         sys.exit(1)
