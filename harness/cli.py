@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -158,10 +159,25 @@ def run_options(f):
     return f
 
 
+def record_on_first_use(cfg: RunConfig) -> None:
+    """``--trace NAME`` of a recipe (``hosts/recorder.RECIPES``) that is not recorded
+    yet: record it into the user's trace directory first, with progress, as ``sweep``
+    and ``bench`` do. Without root nothing is recorded (``up`` says it needs root)."""
+    from ..hosts.recorder import RECIPES, ensure
+    from ..hosts.traces import TraceError
+    if cfg.train or cfg.trace not in RECIPES or os.geteuid() != 0:
+        return
+    try:
+        ensure(cfg.trace, cfg.trace_dirs or None, log=click.echo)
+    except (TraceError, ImportError, ValueError) as exc:
+        _fail(ValueError(f"recording trace set {cfg.trace} failed: {exc}"))
+
+
 def execute(cfg: RunConfig, hold: bool = False) -> dict:
     from .run import Run, RunError
     from .control import ControlError
     from .targets import TargetError
+    record_on_first_use(cfg)
     try:
         run = Run(cfg, echo=click.echo, hold=hold)
     except ConfigError as exc:
@@ -363,14 +379,23 @@ def traces():
 @traces.command("list")
 @click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
 def traces_list(dirs):
-    """Trace sets found in the search path (--trace-dir first, then the bundled sets)."""
+    """Trace sets found in the search path (--trace-dir first, then the bundled sets),
+    then the known recipes not recorded yet (`up`, `sweep` and `bench` record them on
+    first use)."""
+    from ..hosts.recorder import RECIPES
     from ..hosts.traces import list_traces
-    for t in list_traces(list(dirs) or None):
+    found = list_traces(list(dirs) or None)
+    for t in found:
         if t.problem:
             click.echo(f"{t.name}  UNUSABLE: {t.problem}")
         else:
             click.echo(f"{t.name}  {t.model}  {t.workers} workers x {t.iterations} iterations x "
                        f"{t.elements} elements  {t.path}")
+    for name, recipe in RECIPES.items():
+        if name not in {t.name for t in found}:
+            options = ", ".join(f"{k} {','.join(map(str, v)) if isinstance(v, tuple) else v}"
+                                for k, v in recipe.items())
+            click.echo(f"{name}  not recorded yet: recorded on first use ({options})")
 
 
 @traces.command("show")

@@ -42,7 +42,7 @@ def ensure(name: str, dirs=None, log=None, recipe: dict | None = None) -> Path:
     if log:
         log(f"recording trace set {name} ({', '.join(f'{k} {v}' for k, v in recipe.items())}) "
             "into the user's trace directory, once")
-    return record(name, **recipe).path
+    return record(name, **recipe, log=(lambda line: log(f"  {line}")) if log else None).path
 
 
 def record(name: str, out_dir=None, model: str = "mlp", workers: int = 8,
