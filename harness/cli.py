@@ -160,9 +160,8 @@ def run_options(f):
 
 
 def record_on_first_use(cfg: RunConfig) -> None:
-    """``--trace NAME`` of a recipe (``hosts/recorder.RECIPES``) that is not recorded
-    yet: record it into the user's trace directory first, with progress, as ``sweep``
-    and ``bench`` do. Without root nothing is recorded (``up`` says it needs root)."""
+    """Record ``--trace NAME`` of a recipe (``hosts/recorder.RECIPES``) on first use, with
+    progress, as ``sweep`` and ``bench`` do; as root only (else ``up`` says it needs root)."""
     from ..hosts.recorder import RECIPES, ensure
     from ..hosts.traces import TraceError
     if cfg.train or cfg.trace not in RECIPES or os.geteuid() != 0:
@@ -187,13 +186,13 @@ def execute(cfg: RunConfig, hold: bool = False) -> dict:
         sys.exit(130)
     try:
         summary = run.execute()
+        print_summary(summary, run.dir)
     except (RunError, ControlError, TargetError, OSError) as exc:
         click.echo(f"results so far: {run.dir}", err=True)
         _fail(exc)
-    try:
-        print_summary(summary, run.dir)
-    except KeyboardInterrupt:
-        run.signalled = True
+    except KeyboardInterrupt:  # one more while the first was handled, or while printing
+        click.echo(f"interrupted; results in {run.dir}", err=True)
+        sys.exit(130)
     if run.signalled:  # a Ctrl-C or SIGTERM is never lost, whenever it came
         if summary["status"] != "interrupted":
             click.echo(f"interrupted while the run was torn down: its jobs had ended "
@@ -380,9 +379,8 @@ def traces():
 @click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
 def traces_list(dirs):
     """Trace sets found in the search path (--trace-dir first, then the bundled sets),
-    then the known recipes not recorded yet (`up`, `sweep` and `bench` record them on
-    first use)."""
-    from ..hosts.recorder import RECIPES
+    then the recipes not recorded yet (`up`, `sweep` and `bench` record them on first use)."""
+    from ..hosts.recorder import RECIPES, describe
     from ..hosts.traces import list_traces
     found = list_traces(list(dirs) or None)
     for t in found:
@@ -391,11 +389,8 @@ def traces_list(dirs):
         else:
             click.echo(f"{t.name}  {t.model}  {t.workers} workers x {t.iterations} iterations x "
                        f"{t.elements} elements  {t.path}")
-    for name, recipe in RECIPES.items():
-        if name not in {t.name for t in found}:
-            options = ", ".join(f"{k} {','.join(map(str, v)) if isinstance(v, tuple) else v}"
-                                for k, v in recipe.items())
-            click.echo(f"{name}  not recorded yet: recorded on first use ({options})")
+    for name in [n for n in RECIPES if n not in {t.name for t in found}]:
+        click.echo(f"{name}  not recorded yet: recorded on first use ({describe(RECIPES[name])})")
 
 
 @traces.command("show")
