@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -163,21 +164,44 @@ def run_options(f):
     return f
 
 
+def record_on_first_use(cfg: RunConfig) -> None:
+    """Record ``--trace NAME`` of a recipe (``hosts/recorder.RECIPES``) on first use, with
+    progress, as ``sweep`` and ``bench`` do; as root only (else ``up`` says it needs root)."""
+    from ..hosts.recorder import RECIPES, ensure
+    from ..hosts.traces import TraceError
+    if cfg.train or cfg.trace not in RECIPES or os.geteuid() != 0:
+        return
+    try:
+        ensure(cfg.trace, cfg.trace_dirs or None, log=click.echo)
+    except (TraceError, ImportError, ValueError) as exc:
+        _fail(ValueError(f"recording trace set {cfg.trace} failed: {exc}"))
+
+
 def execute(cfg: RunConfig, hold: bool = False) -> dict:
     from .run import Run, RunError
     from .control import ControlError
     from .targets import TargetError
+    record_on_first_use(cfg)
     try:
         run = Run(cfg, echo=click.echo, hold=hold)
     except ConfigError as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        click.echo("interrupted before the run started", err=True)
+        sys.exit(130)
     try:
         summary = run.execute()
+        print_summary(summary, run.dir)
     except (RunError, ControlError, TargetError, OSError) as exc:
         click.echo(f"results so far: {run.dir}", err=True)
         _fail(exc)
-    print_summary(summary, run.dir)
-    if summary["status"] == "interrupted":
+    except KeyboardInterrupt:  # one more while the first was handled, or while printing
+        click.echo(f"interrupted; results in {run.dir}", err=True)
+        sys.exit(130)
+    if run.signalled:  # a Ctrl-C or SIGTERM is never lost, whenever it came
+        if summary["status"] != "interrupted":
+            click.echo(f"interrupted while the run was torn down: its jobs had ended "
+                       f"({summary['status']}), the results are whole: {run.dir}")
         sys.exit(130)
     if not summary["complete"]:
         sys.exit(1)
@@ -364,14 +388,19 @@ def traces():
 @traces.command("list")
 @click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
 def traces_list(dirs):
-    """Trace sets found in the search path (--trace-dir first, then the bundled sets)."""
+    """Trace sets found in the search path (--trace-dir first, then the bundled sets),
+    then the recipes not recorded yet (`up`, `sweep` and `bench` record them on first use)."""
+    from ..hosts.recorder import RECIPES, describe
     from ..hosts.traces import list_traces
-    for t in list_traces(list(dirs) or None):
+    found = list_traces(list(dirs) or None)
+    for t in found:
         if t.problem:
             click.echo(f"{t.name}  UNUSABLE: {t.problem}")
         else:
             click.echo(f"{t.name}  {t.model}  {t.workers} workers x {t.iterations} iterations x "
                        f"{t.elements} elements  {t.path}")
+    for name in [n for n in RECIPES if n not in {t.name for t in found}]:
+        click.echo(f"{name}  not recorded yet: recorded on first use ({describe(RECIPES[name])})")
 
 
 @traces.command("show")

@@ -87,6 +87,9 @@ class deferred_signals:
     the bookkeeping of a started process must not be cut in the middle."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    #: the last signal any block held: one that came in a block that ended with an
+    #: error, or while a run was torn down, is not lost (``Run.signalled``)
+    held_last: int | None = None
 
     def __enter__(self):
         self.caught = None
@@ -94,7 +97,7 @@ class deferred_signals:
         return self
 
     def _note(self, signum, frame):
-        self.caught = signum
+        self.caught = deferred_signals.held_last = signum
 
     def __exit__(self, kind, value, tb):
         for s, handler in self.previous.items():
@@ -238,9 +241,10 @@ class Run:
     def execute(self) -> dict:
         cfg = self.cfg
         signal.signal(signal.SIGTERM, _terminate)
+        deferred_signals.held_last = None
         self.writer.write_config(cfg.to_yaml())
-        self.record.save()
         try:
+            self.record.save()
             self._bring_up()
             self._launch_agents()
             self._monitor()
@@ -259,8 +263,10 @@ class Run:
             with ignored_signals() as held:  # another Ctrl-C or SIGTERM must not cut it short
                 self._teardown()
                 summary = self._write_results()
-            #: Ctrl-C or SIGTERM arrived while the run was torn down (a sweep stops then)
-            self.signalled = held.caught is not None
+            #: Ctrl-C or SIGTERM came at any time, also while the run was torn down
+            #: after its jobs had ended (`up` exits 130 then, a sweep stops)
+            self.signalled = (self.status == "interrupted" or held.caught is not None
+                              or deferred_signals.held_last is not None)
         return summary
 
     def _bring_up(self):

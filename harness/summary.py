@@ -6,7 +6,8 @@ number of ``summary.json`` from the rows of ``iterations.csv`` and
 register-bit efficiency, aggregation error; ``validity``: what may make the figures
 untrustworthy; ``fidelity``: what bound each job, links or CPU, and ``cpu_cost``: the
 CPU seconds of each component, both defined in ``harness/fidelity.py``);
-``tests/test_testbed.py`` checks that summary and tables agree.
+``tests/test_summary.py`` checks the figures on tables worked out by hand,
+``tests/test_summary_run.py`` a real run's against sources of their own.
 ``load_summary``, ``describe_run`` and ``list_runs`` read result sets back.
 """
 

@@ -138,7 +138,7 @@ def run_sweep(spec: Spec, sweep_dir: Path, echo, retry_failed: bool = True) -> d
 
 def _one(Run, task: Task, log) -> tuple[str, bool]:
     """Run one task: its status ('complete', 'failed', 'interrupted', 'timeout', ...),
-    and whether Ctrl-C or SIGTERM came while it was torn down."""
+    and whether Ctrl-C or SIGTERM came during it (also while it was torn down)."""
     from .control import ControlError
     from .run import RunError
     from .targets import TargetError

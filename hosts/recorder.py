@@ -28,6 +28,12 @@ RECIPES = {
 }
 
 
+def describe(recipe: dict) -> str:
+    """``record``'s options of a recipe as `traces record` takes them."""
+    return ", ".join(f"{k} {','.join(map(str, v)) if isinstance(v, tuple) else v}"
+                     for k, v in recipe.items())
+
+
 def ensure(name: str, dirs=None, log=None, recipe: dict | None = None) -> Path:
     """The directory of trace set ``name``, recorded first into the user's trace
     directory if it cannot be found: with ``recipe`` (``record``'s options), else with
@@ -40,9 +46,9 @@ def ensure(name: str, dirs=None, log=None, recipe: dict | None = None) -> Path:
             raise
     recipe = RECIPES[name] if recipe is None else recipe
     if log:
-        log(f"recording trace set {name} ({', '.join(f'{k} {v}' for k, v in recipe.items())}) "
-            "into the user's trace directory, once")
-    return record(name, **recipe).path
+        log(f"recording trace set {name} ({describe(recipe)}) into the user's trace "
+            "directory, once")
+    return record(name, **recipe, log=(lambda line: log(f"  {line}")) if log else None).path
 
 
 def record(name: str, out_dir=None, model: str = "mlp", workers: int = 8,

@@ -16,7 +16,24 @@ from qaina_bench.p4.embedded.ports import ETH_P_ALL, PACKET_IGNORE_OUTGOING, SOL
 from qaina_bench.p4.header import QAINA_WORDS
 
 IS_ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root: veth pairs, raw sockets")
+#: Tests that need root (veth pairs, raw sockets, namespaces, nftables, Mininet) carry
+#: ``root``, and those that start BMv2 ``bmv2`` as well: ``pytest -m "not root"`` runs
+#: the rest as any user. A marked test skips, saying why, where it cannot run.
+root = pytest.mark.root
+bmv2 = pytest.mark.bmv2
+
+
+def kinds(*names: str) -> list:
+    """Fixture parameters of switch kinds ("embedded", "bmv2-w64", ...), marked."""
+    return [pytest.param(n, marks=[root, bmv2] if n.startswith("bmv2") else [root])
+            for n in names]
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("root") and not IS_ROOT:
+        pytest.skip("needs root: veth pairs, raw sockets, namespaces or Mininet")
+    if item.get_closest_marker("bmv2") and bmv2_missing():
+        pytest.skip(f"BMv2 target: {bmv2_missing()}")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -205,8 +222,8 @@ class SwitchLab:
 
 def open_lab(param: str, tmp_path_factory, ports: int = 5):
     """The lab of a fixture parameter: a kind, with ``-w<N>`` for another build."""
-    if not IS_ROOT:
-        pytest.skip("needs root: veth pairs and raw sockets")
+    if not IS_ROOT:  # a marked test was skipped before it got here
+        pytest.fail("this test needs root and is not marked root")
     kind, _, words = param.partition("-w")
     if kind == "bmv2" and bmv2_missing():
         pytest.skip(f"BMv2 target: {bmv2_missing()}")
@@ -214,14 +231,14 @@ def open_lab(param: str, tmp_path_factory, ports: int = 5):
                      int(words) if words else QAINA_WORDS)
 
 
-@pytest.fixture(scope="module", params=["embedded", "embedded-sockets", "bmv2"])
+@pytest.fixture(scope="module", params=kinds("embedded", "embedded-sockets", "bmv2"))
 def lab(request, tmp_path_factory):
     lab = open_lab(request.param, tmp_path_factory)
     yield lab
     lab.close()
 
 
-@pytest.fixture(scope="module", params=["embedded", "bmv2"])
+@pytest.fixture(scope="module", params=kinds("embedded", "bmv2"))
 def server(request, tmp_path_factory):
     """A two-port switch of each target, for the P4Runtime suites."""
     lab = open_lab(request.param, tmp_path_factory, ports=2)

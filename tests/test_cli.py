@@ -152,7 +152,7 @@ def test_bits_as_a_comma_list_in_a_config_file(tmp_path):
     assert cfg.bits == [4, 32] and cfg.job_bits() == [4, 32]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the results directory is checked after root")
+@pytest.mark.root  # the results directory is checked after root
 def test_results_dir_that_cannot_be_written_is_one_line():
     code, out = run_cli("up", "--topo", "star", "--jobs", "1", "--results-dir", "/proc/nope")
     assert code != 0 and "cannot write results to /proc/nope" in out
@@ -206,3 +206,61 @@ def test_results_show_reads_a_result_set_made_before_the_fidelity_verdict(tmp_pa
     code, out = run_cli("results", "show", str(tmp_path))
     assert code == 0, out
     assert "fidelity: not judged" in out and "97% busy" in out
+
+
+def test_traces_list_shows_the_recipes_it_would_record(tmp_path, monkeypatch):
+    from qaina_bench.hosts.recorder import RECIPES
+    monkeypatch.setenv("QAINA_TRACE_DIR", str(tmp_path))
+    code, out = run_cli("traces", "list")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("digits-mlp ")
+    for name in RECIPES:
+        assert sum(line.startswith(f"{name}  not recorded yet: recorded on first use (")
+                   for line in lines) == 1, out
+    assert "hidden 512,256" in out  # the recipe's options, as `traces record` takes them
+
+
+def test_a_known_recipe_is_recorded_on_first_use_with_progress(tmp_path, monkeypatch, capsys):
+    from qaina_bench.harness.cli import record_on_first_use
+    from qaina_bench.hosts import recorder
+    from qaina_bench.hosts.traces import find_trace, open_trace
+    monkeypatch.setenv("QAINA_TRACE_DIR", str(tmp_path))
+    monkeypatch.setitem(recorder.RECIPES, "tiny-recipe",
+                        dict(model="mlp", hidden=(8,), workers=2, iterations=3))
+    cfg = RunConfig(trace="tiny-recipe", workers=2, iterations=3)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    record_on_first_use(cfg)  # without root: `up` stops before anything is recorded
+    assert not (tmp_path / "tiny-recipe").exists()
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    record_on_first_use(cfg)
+    out = capsys.readouterr().out
+    assert "recording trace set tiny-recipe" in out
+    assert [line.split(":")[0] for line in out.splitlines()[1:]] == [
+        f"  iteration {i}" for i in range(3)]
+    assert find_trace("tiny-recipe") == tmp_path / "tiny-recipe"
+    trace = open_trace("tiny-recipe")
+    assert (trace.workers, trace.iterations) == (2, 3)
+    cfg.check()  # the run's own check now finds it
+    record_on_first_use(cfg)  # recorded once
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.root  # Mininet
+@pytest.mark.slow
+def test_up_records_a_known_recipe_on_first_use_and_runs_it(tmp_path):
+    import subprocess
+    import sys
+
+    from qaina_bench.hosts.traces import TraceSet
+    env = dict(os.environ, QAINA_TRACE_DIR=str(tmp_path / "traces"))
+    res = subprocess.run([sys.executable, "-m", "qaina_bench.harness.cli", "up", "--topo", "star",
+                          "--jobs", "1", "--workers", "2", "--iterations", "1",
+                          "--trace", "digits-mlp-wide", "--results-dir", str(tmp_path),
+                          "--run-id", "wide"], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "recording trace set digits-mlp-wide" in res.stdout
+    assert "  iteration 5: minibatch loss" in res.stdout  # progress, one line per iteration
+    summary = json.loads((tmp_path / "wide" / "summary.json").read_text())
+    trace = TraceSet.open(tmp_path / "traces" / "digits-mlp-wide")
+    assert summary["complete"] and summary["jobs"][0]["elements_per_iteration"] == trace.elements

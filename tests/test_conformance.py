@@ -25,7 +25,7 @@ from qaina_bench.harness.jobs import (Job, Upstream, Worker, aggregator_ip, aggr
                                       result_entry)
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.p4.constants import POOL_SLOTS, Drop
-from conftest import open_lab
+from conftest import kinds, open_lab
 from qaina_bench.p4.header import (FALLBACK_PARTIAL, FALLBACK_WORKER, FLAG_FALLBACK,
                                    FLAG_FLUSH, FLAG_RESULT, FLAG_RETX, PAYLOAD_WORDS,
                                    QAINA_UDP_PORT, scapy_layer)
@@ -41,8 +41,8 @@ def mac(value: int) -> str:
     return ":".join(f"{value >> s & 0xFF:02x}" for s in range(40, -8, -8))
 
 
-@pytest.fixture(scope="module", params=["embedded", "embedded-sockets", "bmv2"] + [
-    f"{kind}-w{words}" for kind in ("embedded", "bmv2") for words in PAYLOAD_WORDS[1:]])
+@pytest.fixture(scope="module", params=kinds("embedded", "embedded-sockets", "bmv2", *(
+    f"{kind}-w{words}" for kind in ("embedded", "bmv2") for words in PAYLOAD_WORDS[1:])))
 def lab(request, tmp_path_factory):
     lab = open_lab(request.param, tmp_path_factory)
     yield lab

@@ -20,14 +20,11 @@ import sys
 
 import pytest
 
-from conftest import IS_ROOT
+from conftest import bmv2, kinds, root
 from qaina_bench.harness.firewall import table_exists
 from qaina_bench.harness.record import RunRecord, record_dir
-from qaina_bench.harness.targets import bmv2_missing
 
-pytestmark = pytest.mark.skipif(not IS_ROOT, reason="needs root: namespaces, nftables")
-needs_bmv2 = pytest.mark.skipif(bmv2_missing() is not None,
-                                reason=f"BMv2 target: {bmv2_missing()}")
+pytestmark = root  # namespaces, nftables
 
 ROOT_ADDR, FAR_ADDR = "198.18.213.1", "198.18.213.2"
 
@@ -103,7 +100,7 @@ def wait_listening(port: int, proc, timeout: float = 20.0) -> None:
     raise AssertionError(f"nothing listens on 0.0.0.0:{port}")
 
 
-@needs_bmv2
+@bmv2
 def test_the_thrift_port_answers_loopback_only_while_the_switch_runs(tmp_path, far_side):
     record = RunRecord("thrift-guard", directory=tmp_path)
     sw = start_switch(tmp_path, record)
@@ -127,7 +124,7 @@ def test_the_thrift_port_answers_loopback_only_while_the_switch_runs(tmp_path, f
     assert record.leftovers(wait=0) == []
 
 
-@needs_bmv2
+@bmv2
 def test_clean_removes_the_guard_of_a_killed_run(tmp_path):
     record = RunRecord("killed-bmv2", directory=record_dir())
     sw = start_switch(tmp_path, record)
@@ -147,7 +144,7 @@ def test_clean_removes_the_guard_of_a_killed_run(tmp_path):
         record.path.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("kind", ["embedded", "bmv2"])
+@pytest.mark.parametrize("kind", kinds("embedded", "bmv2"))
 def test_a_switch_listens_on_loopback_only_but_for_bmv2s_guarded_thrift_port(
         kind, tmp_path_factory):
     import psutil

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from qaina_bench.harness.record import RunRecord, record_dir, stale_records
 from qaina_bench.harness.run import Run
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
+    pytest.mark.root,  # Mininet
     pytest.mark.skipif(shutil.which("mnexec") is None,
                        reason="mnexec missing: apt-get install mininet"),
 ]
@@ -65,19 +66,99 @@ def leftovers(record_data: dict) -> list[str]:
     return rec.leftovers()
 
 
+def iterations_logged(path: Path) -> int:
+    return sum('"iteration"' in line for line in path.read_text().splitlines(keepends=True)
+               if line.endswith("\n"))
+
+
+def freeze_after_an_iteration(tmp_path, run_id, agents: dict) -> dict:
+    """SIGSTOP each agent (name -> PID) as soon as its log holds an iteration: frozen,
+    the jobs cannot end, however slow or busy the machine is. Returns name -> the
+    iterations its log holds (final while it is stopped)."""
+    frozen = {}
+
+    def step():
+        for name, pid in agents.items():
+            log = tmp_path / run_id / "agents" / f"{name}.jsonl"
+            if name not in frozen and log.exists() and iterations_logged(log):
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:  # it ended already
+                    pass
+                frozen[name] = pid
+        return len(frozen) == len(agents)
+
+    wait_for(step, what="an iteration of every agent")
+    return {name: iterations_logged(tmp_path / run_id / "agents" / f"{name}.jsonl")
+            for name in agents}
+
+
+def read_until(proc: subprocess.Popen, text: bytes, timeout: float = 60.0) -> bytes:
+    """What the process prints until ``text`` (or its end)."""
+    out, deadline = b"", time.monotonic() + timeout
+    while text not in out and time.monotonic() < deadline:
+        if select.select([proc.stdout], [], [], 0.1)[0]:
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            out += chunk
+    return out
+
+
 def test_ctrl_c_tears_everything_down_and_keeps_the_results(tmp_path):
+    """The agents are frozen mid-run before the Ctrl-C and thawed once the CLI says it
+    is tearing down: the Ctrl-C comes while the jobs run, whatever the machine's load."""
     proc = cli(tmp_path, "interrupted", "--iterations", "12", "--bits", "32", "--bw", "0.5")
-    wait_for(lambda: iterating(tmp_path, "interrupted"), what="the first iteration")
+    wait_for(lambda: (r := record_of("interrupted")) and
+             sum(p["what"].startswith("agent") for p in r["processes"]) == 4,
+             what="four agents in the run record")
     record = record_of("interrupted")
-    assert any(p["what"].startswith("agent") for p in record["processes"])
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    agents = {p["what"].split()[1]: p["pid"] for p in record["processes"]
+              if p["what"].startswith("agent")}
+    try:
+        done = freeze_after_an_iteration(tmp_path, "interrupted", agents)
+        proc.send_signal(signal.SIGINT)
+        out = read_until(proc, b"interrupted: tearing down")
+    finally:
+        for pid in agents.values():
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    rest, _ = proc.communicate(timeout=60)
+    out += rest
     assert proc.returncode == 130, out.decode()
+    assert b"interrupted: tearing down" in out and b"Traceback" not in out, out.decode()
     summary = json.loads((tmp_path / "interrupted" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["complete"] is False
-    assert summary["jobs"][0]["iterations_done"] >= 1
+    assert 1 <= min(done.values()) and max(done.values()) < 12, done
+    assert summary["jobs"][0]["iterations_done"] >= min(done.values())
     assert record_of("interrupted") is None
     assert leftovers(record) == []
+
+
+def test_ctrl_c_while_a_finished_run_is_torn_down_is_not_lost(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C after the jobs ended, while the run is torn down: the teardown runs to
+    its end, the results are whole, and `up` still exits 130 saying so."""
+    from qaina_bench.harness import cli as cli_module
+
+    teardown = Run._teardown
+
+    def teardown_with_a_ctrl_c(self):
+        os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, delivered right now
+        teardown(self)
+
+    monkeypatch.setattr(Run, "_teardown", teardown_with_a_ctrl_c)
+    cfg = RunConfig(results_dir=str(tmp_path), topo="star", jobs=1, workers=2,
+                    iterations=2, run_id="late-ctrl-c")
+    with pytest.raises(SystemExit) as ended:
+        cli_module.execute(cfg)
+    assert ended.value.code == 130
+    assert "interrupted while the run was torn down: its jobs had ended (complete)" \
+        in capsys.readouterr().out
+    summary = json.loads((tmp_path / "late-ctrl-c" / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["complete"] is True
+    assert record_of("late-ctrl-c") is None
 
 
 def test_ctrl_c_during_bring_up_leaves_nothing(tmp_path):

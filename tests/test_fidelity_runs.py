@@ -17,7 +17,7 @@ from qaina_bench.harness.cpustat import CpuLedger
 from qaina_bench.harness.run import Run
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
+    pytest.mark.root,  # Mininet
     pytest.mark.skipif(shutil.which("mnexec") is None,
                        reason="mnexec missing: apt-get install mininet"),
 ]

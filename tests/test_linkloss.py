@@ -11,9 +11,9 @@ import pytest
 
 from qaina_bench.harness.linkloss import loss_rules
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("nft") is None or shutil.which("ip") is None,
-    reason="needs root, ip and nft (apt-get install iproute2 nftables)")
+pytestmark = [pytest.mark.root, pytest.mark.skipif(
+    shutil.which("nft") is None or shutil.which("ip") is None,
+    reason="needs ip and nft (apt-get install iproute2 nftables)")]
 
 RECEIVER = """
 import socket

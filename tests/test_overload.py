@@ -155,6 +155,7 @@ def test_a_use_shed_before_a_worker_sent_again_is_judged_afresh():
     assert not p.agg_count.any() and not p.shed_held.any()
 
 
+@pytest.mark.root
 def test_a_stopped_switch_sheds_whole_uses_when_it_resumes(tmp_path_factory):
     """The switch is stopped (SIGSTOP) while every worker port's receive ring fills
     almost to the end; resumed, it is thousands of frames behind and sheds. No use

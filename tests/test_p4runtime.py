@@ -15,13 +15,13 @@ import time
 import grpc
 import pytest
 
-from conftest import IS_ROOT, free_port
+from conftest import free_port, root
 from qaina_bench.harness.control import ControlError, SwitchConnection, update_errors
 from qaina_bench.harness.targets import make_target
 from qaina_bench.p4.embedded.runtime import MAX_STREAMS
 from qaina_bench.p4.proto import code_pb2, p4info_pb2, p4runtime_pb2
 
-pytestmark = pytest.mark.skipif(not IS_ROOT, reason="needs root: veth pairs, raw sockets")
+pytestmark = root
 
 
 def test_errors_are_grpc_statuses(fresh):

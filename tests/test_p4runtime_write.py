@@ -15,11 +15,11 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from conftest import IS_ROOT
+from conftest import root
 from qaina_bench.harness.control import update_errors
 from qaina_bench.p4.proto import code_pb2, p4runtime_pb2
 
-pytestmark = pytest.mark.skipif(not IS_ROOT, reason="needs root: veth pairs, raw sockets")
+pytestmark = root
 
 U = p4runtime_pb2.Update
 AGG = "MyIngress.aggregator_addr"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IS_ROOT, SwitchLab
+from conftest import SwitchLab, root
 from qaina_bench.harness.control import PRIMARY_ELECTION_ID
 from qaina_bench.p4.p4info import P4Info
 from qaina_bench.harness.record import RunRecord, record_dir
@@ -151,7 +151,7 @@ print("AGG", sum(c.packet_count for c in CounterEntry("MyIngress.agg_packets").r
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not IS_ROOT, reason="Mininet needs root")
+@root  # Mininet
 @pytest.mark.skipif(shutil.which("mnexec") is None, reason="mnexec missing: apt-get install mininet")
 def test_up_hold_keeps_the_run_for_qaina_bench_shell(tmp_path, tool_python):
     cli = [sys.executable, "-m", "qaina_bench.harness.cli"]

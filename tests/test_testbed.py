@@ -5,8 +5,6 @@ Ctrl-C and crashes leave nothing behind."""
 from __future__ import annotations
 
 import csv
-import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from qaina_bench.harness.config import RunConfig
@@ -23,17 +22,16 @@ from qaina_bench.harness.run import Run
 from qaina_bench.harness.targets import bmv2_missing
 from qaina_bench.hosts.gradiveq import LayeredGradiVeQ
 from qaina_bench.hosts.lanes import LaneFormat
-from qaina_bench.hosts.quantize import Quantizer
 from qaina_bench.hosts.traces import open_trace
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
+    pytest.mark.root,  # Mininet
     pytest.mark.skipif(shutil.which("mnexec") is None,
                        reason="mnexec missing: apt-get install mininet"),
 ]
 
 
-@pytest.fixture(params=["embedded", "bmv2"])
+@pytest.fixture(params=["embedded", pytest.param("bmv2", marks=pytest.mark.bmv2)])
 def target(request):
     """The switch target of a run: every run below that takes it runs on both."""
     if request.param == "bmv2" and bmv2_missing():
@@ -71,12 +69,21 @@ def check_exact_aggregates(directory: Path, summary: dict):
             total = (2 * levels - 1).sum(axis=0) if fmt.bits == 1 else levels.sum(axis=0)
             scale = npz[0][f"scale_{i}"]
             words = summary.get("payload_words", 32)
-            expected = Quantizer(fmt).dequantize_sum(total, scale, words * fmt.lanes)
+            expected = scaled_sum(total, scale, fmt, words * fmt.lanes,
+                                  summary["config"].get("quantizer", "maxpow2"))
             for w, z in enumerate(npz):
                 assert np.array_equal(z[f"sums_{i}"], total), \
                     f"job {job['job_id']} worker {w} iteration {i}: level sums differ"
                 assert np.array_equal(z[f"scale_{i}"], scale), "scales not agreed"
-                assert np.array_equal(z[f"aggregate_{i}"], expected)
+                np.testing.assert_allclose(z[f"aggregate_{i}"], expected, rtol=3e-7, atol=0)
+
+
+def scaled_sum(total, codes, fmt: LaneFormat, chunk: int, quantizer: str) -> np.ndarray:
+    """The summed gradient as hosts/quantize.py defines it, computed here in float64:
+    ``sum * 2**(code / steps) / L`` per chunk (b = 1: ``(2s - n) * 2**code``)."""
+    steps = 4 if quantizer == "maxfine" else 1
+    scale = np.repeat(np.exp2(codes.astype(np.float64) / steps), chunk)[:len(total)]
+    return total * scale / (1 if fmt.bits == 1 else fmt.levels)
 
 
 @pytest.mark.smoke
@@ -233,7 +240,7 @@ def test_leafspine_two_jobs_exact_and_slot_usage(tmp_path, target):
     sampling = summary["slot_sampling"]
     assert "P4Runtime counter reads of sp1" in sampling["source"]
     assert sampling["interval_target_s"] <= sampling["interval_median_s"] < 1.0
-    assert summary["validity"]["cpu"]["cores"] >= 1
+    assert summary["validity"]["cpu"]["cores"] == psutil.cpu_count()
     # b = 4 packs five elements per register where b = 32 packs one.
     assert (b4["elements_per_register"], b32["elements_per_register"]) == (5, 1)
     elements = b4["elements_per_iteration"]
@@ -273,32 +280,6 @@ def test_slow_lossless_links_need_no_retransmission(tmp_path):
     assert 0.85 < summary["span_s"] / link_bound_time(summary) < 1.15
 
 
-def test_summary_agrees_with_the_iteration_table(tmp_path):
-    summary, directory = execute(tmp_path, topo="star", jobs=2, workers=2, bits=[2],
-                                 iterations=2)
-    rows = list(csv.DictReader(open(directory / "iterations.csv")))
-    assert len(rows) == 2 * 2 * 2
-    saved = json.loads((directory / "summary.json").read_text())
-    assert saved["jobs"] == summary["jobs"]
-    for job in saved["jobs"]:
-        mine = [r for r in rows if int(r["job"]) == job["job_id"]]
-        ct = np.array([float(r["completion_s"]) for r in mine])
-        assert job["iteration_completion_mean_s"] == pytest.approx(ct.mean())
-        assert job["iteration_completion_p99_s"] == pytest.approx(np.percentile(ct, 99))
-        span = max(float(r["end"]) for r in mine) - min(float(r["start"]) for r in mine)
-        assert job["job_completion_s"] == pytest.approx(span)
-        elements = int(mine[0]["elements"])
-        assert job["elements_per_s"] == pytest.approx(elements * 2 / span)
-        assert job["fp32_equivalent_gbps"] == pytest.approx(elements * 2 * 32 / span / 1e9)
-        assert job["retransmissions"] == sum(int(r["retransmissions"]) for r in mine)
-        assert job["bytes_sent"] == sum(int(r["bytes_sent"]) for r in mine)
-        assert job["rel_error_max"] == pytest.approx(max(float(r["rel_error"]) for r in mine))
-        assert job["register_bit_efficiency"] == pytest.approx(
-            elements * 2 / (-(-elements // (32 * job["lanes"])) * 1024))
-        assert all(int(r["values"]) == elements for r in mine)
-    assert saved["startup_to_first_send_s"] > 0
-
-
 def test_gradiveq_aggregates_coefficients_exactly(tmp_path, target):
     """Exact 32-bit iterations fit (0) and refresh (3) the per-layer bases; the others
     send coefficients and small layers at 8 bits, which the switch sums exactly."""
@@ -310,17 +291,33 @@ def test_gradiveq_aggregates_coefficients_exactly(tmp_path, target):
     trace = open_trace("digits-mlp")
     compressed_size = LayeredGradiVeQ([(x.name, x.size) for x in trace.layers], 64,
                                       16).compressed_size()
+    # The error of each iteration, recomputed: bases fitted to the exact aggregates
+    # every worker received (0, 3), compressed sums expanded with them, against the
+    # trace's exact sum.
+    z = np.load(directory / "agents" / "j1w0.npz")
+    bases = LayeredGradiVeQ([(x.name, x.size) for x in trace.layers], 64, 16)
+    errors = {}
+    for i in range(5):
+        got = z[f"aggregate_{i}"]
+        if i in (0, 3):
+            bases.fit([got])
+        else:
+            got = bases.decompress(got)
+        exact = trace.exact_sum(i, workers=range(4))
+        errors[i] = np.linalg.norm(got - exact) / np.linalg.norm(exact)
     rows = list(csv.DictReader(open(directory / "iterations.csv")))
     for r in rows:
-        exact = int(r["iteration"]) in (0, 3)
+        i = int(r["iteration"])
+        exact = i in (0, 3)
         assert (r["compressed"] == "True") == (not exact)
         assert int(r["bits"]) == (32 if exact else 8)
         assert int(r["values"]) == (trace.elements if exact else compressed_size)
+        assert float(r["rel_error"]) == pytest.approx(errors[i], rel=1e-3, abs=1e-7)
         if exact:
             assert float(r["rel_error"]) < 1e-5
-        else:
-            assert 0 < float(r["gvq_projection_error"]) < 1 and float(r["gvq_energy"]) > 0.5
-            assert float(r["rel_error"]) < 1.0
+        else:  # no sum of coefficients beats the projection onto the bases
+            assert 0 < float(r["gvq_projection_error"]) <= float(r["rel_error"]) + 1e-6
+            assert float(r["gvq_energy"]) > 0.5
 
 
 def test_ring_all_reduce_baseline_is_exact_over_the_same_fabric(tmp_path):

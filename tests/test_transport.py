@@ -1,11 +1,21 @@
-"""The agent's transport rules: RFC 6298 timer arithmetic, Karn's rule, backoff, and
-the AIMD window (the behaviour on real links is in tests/test_testbed.py)."""
+"""The agent's transport rules: RFC 6298 timer arithmetic, Karn's rule, backoff, the
+AIMD window, and a SlotStream's refusals on real UDP sockets over loopback (the
+behaviour on real links is in tests/test_testbed.py)."""
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+
+import numpy as np
 import pytest
 
-from qaina_bench.hosts.transport import INITIAL_WINDOW, CongestionWindow, RttEstimator
+from qaina_bench.hosts.transport import (INITIAL_WINDOW, CongestionWindow, RttEstimator,
+                                         SlotStream, StreamStalled)
+from qaina_bench.p4.header import FLAG_RESULT, wire
+
+WIRE = wire()
 
 
 def test_rto_follows_rfc_6298():
@@ -73,3 +83,99 @@ def test_window_is_cut_once_per_window_of_data_and_never_exceeds_the_slots():
     for _ in range(3):
         w.on_loss(chunk=100 + 10 * _, next_chunk=105 + 10 * _)
     assert w.allowed == 1
+
+
+# -- SlotStream on real UDP sockets over loopback ------------------------------------
+class FakeSwitch(threading.Thread):
+    """The aggregator's side of one worker's stream on a loopback socket: for every
+    chunk it answers with the datagrams a worker must refuse (from another sender, too
+    short, another worker's result, a contribution rather than a result, the previous
+    chunk's result again), then with the chunk's result, its words doubled."""
+
+    def __init__(self, n: int):
+        super().__init__(daemon=True)
+        self.n = n
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(10)
+        self.other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.other.bind(("127.0.0.1", 0))
+        self.received = 0
+        self.refusable = 0  # datagrams sent that the worker must refuse
+
+    def run(self):
+        previous = None
+        answered = set()
+        while len(answered) < self.n:
+            data, worker = self.sock.recvfrom(4096)
+            self.received += 1
+            chunk = np.frombuffer(data, dtype=WIRE.dtype)[0]
+            result = chunk.copy()
+            result["flags"] |= FLAG_RESULT
+            result["words"] = 2 * chunk["words"]
+            other_worker = result.copy()
+            other_worker["worker"] += 1
+            for sock, datagram in ((self.other, result.tobytes()),
+                                   (self.sock, result.tobytes()[:-4]),
+                                   (self.sock, other_worker.tobytes()),
+                                   (self.sock, chunk.tobytes())):
+                sock.sendto(datagram, worker)
+                self.refusable += 1
+            if previous is not None:
+                self.sock.sendto(previous, worker)  # a duplicate
+            previous = result.tobytes()
+            self.sock.sendto(previous, worker)
+            answered.add(int(chunk["seq"]))
+
+    def close(self):
+        self.sock.close()
+        self.other.close()
+
+
+def worker_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    return sock
+
+
+def test_a_stream_refuses_what_is_not_its_result_and_counts_each():
+    n, slots = 12, 4
+    switch = FakeSwitch(n)
+    switch.start()
+    sock = worker_socket()
+    try:
+        stream = SlotStream(sock, switch.sock.getsockname(), job_id=3, worker=1, slot_base=8,
+                            slots=slots, rto_min=5.0, rto_max=10.0, stall_timeout=10.0)
+
+        def encode(a, b, agreed, words):
+            words[a:b] = np.arange(a, b)[:, None] * 10 + np.arange(WIRE.words)
+
+        exps = np.arange(n, dtype=np.int8) - 5
+        results, agreed, stats = stream.exchange(exps, encode)
+        switch.join(10)
+    finally:
+        sock.close()
+        switch.close()
+    expected = 2 * (np.arange(n)[:, None] * 10 + np.arange(WIRE.words))
+    assert np.array_equal(results.astype(np.int64), expected)
+    assert np.array_equal(agreed, exps)
+    assert stats.retransmissions == 0 and switch.received == n
+    assert stats.refused == switch.refusable == 4 * n
+    assert stats.duplicates == n - 1 and stats.packets_received == 2 * n - 1
+
+
+def test_a_stream_whose_results_never_come_stalls_with_the_reason():
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    sock = worker_socket()
+    try:
+        stream = SlotStream(sock, silent.getsockname(), job_id=1, worker=0, slot_base=0,
+                            slots=4, rto_min=0.05, rto_max=0.1, stall_timeout=0.5)
+        t0 = time.monotonic()
+        with pytest.raises(StreamStalled, match=r"no result for 0 s with 4 chunks outstanding"):
+            stream.exchange(np.zeros(8, dtype=np.int8), lambda a, b, agreed, words: None)
+        assert 0.5 <= time.monotonic() - t0 < 5
+    finally:
+        sock.close()
+        silent.close()
