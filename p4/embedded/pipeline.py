@@ -425,12 +425,7 @@ class Pipeline:
             self.agg_seq[copy] = h[16]
             _count(cells["MyIngress.slots_opened"], cell, length)
         else:
-            np.add(row, payload, row)
-            stored = exp_cells[copy]
-            if stored > exp:
-                exp = stored
-            else:
-                exp_cells[copy] = exp
+            exp = self._add(row, payload, copy, exp)
         count = (count + 1) & 0xFF  # bit<8>
         if count != n_workers:
             count_cells[copy] = count
@@ -488,12 +483,7 @@ class Pipeline:
         if mine and not seen & mask:  # another worker of the use that holds the copy
             seen_cells[copy] = seen | mask
             _count(cells["MyIngress.agg_packets"], cell, length)
-            np.add(row, payload, row)
-            stored = exp_cells[copy]
-            if stored > exp:
-                exp = stored
-            else:
-                exp_cells[copy] = exp
+            exp = self._add(row, payload, copy, exp)
             count = (count + 1) & 0xFF  # bit<8>
             if count != n_workers:
                 count_cells[copy] = count
@@ -534,6 +524,16 @@ class Pipeline:
         else:  # collision: the copy is another use's
             _count(cells["MyIngress.fallback_packets"], cell, length)
             self._single_to_fallback(buf, up)
+
+    def _add(self, row, payload, copy: int, exp: int) -> int:
+        """ADD_WORD over the payload and the exponent's maximum kept in the copy;
+        returns the maximum (what the packet carries on)."""
+        np.add(row, payload, row)
+        stored = self._exp[copy]
+        if stored > exp:
+            return stored
+        self._exp[copy] = exp
+        return exp
 
     def _shared_complete(self, buf, payload, length: int, copy: int, cell: int, exp: int,
                          up: tuple):

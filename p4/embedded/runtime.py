@@ -355,14 +355,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             raise PipelineError("INVALID_ARGUMENT",
                                 f"{info.name}: the data must be a non-empty bitstring")
         value = decode(entry.data.bitstring, info.bitwidth)
-        cells = slice(0, info.size)
-        if entry.HasField("index"):
-            i = entry.index.index
-            if i < 0:
-                raise PipelineError("INVALID_ARGUMENT", f"register index {i} is negative")
-            if i >= info.size:
-                raise PipelineError("OUT_OF_RANGE", f"{info.name}: index {i} >= {info.size}")
-            cells = slice(i, i + 1)
+        cells = _cells(entry, info, "register")
         pipeline.registers[info.name][cells] = value
 
     def _table(self, pipeline: Pipeline, table_id: int):
@@ -435,14 +428,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         if info is None:
             raise PipelineError("INVALID_ARGUMENT",
                                 f"no counter with id {entry.counter_id} in the P4Info")
-        cells = slice(0, info.size)
-        if entry.HasField("index"):
-            i = entry.index.index
-            if i < 0:
-                raise PipelineError("INVALID_ARGUMENT", f"counter index {i} is negative")
-            if i >= info.size:
-                raise PipelineError("OUT_OF_RANGE", f"{info.name}: index {i} >= {info.size}")
-            cells = slice(i, i + 1)
+        cells = _cells(entry, info, "counter")
         if entry.HasField("data"):
             pipeline.counters[info.name][cells] = (entry.data.packet_count,
                                                    entry.data.byte_count)
@@ -576,3 +562,15 @@ def serve(device: Device, address: str) -> grpc.Server:
                       "or not local (another switch may still run there)")
     server.start()
     return server
+
+
+def _cells(entry, info, kind: str) -> slice:
+    """The cells of a register or counter array an entry addresses: its index, or all."""
+    if not entry.HasField("index"):
+        return slice(0, info.size)
+    i = entry.index.index
+    if i < 0:
+        raise PipelineError("INVALID_ARGUMENT", f"{kind} index {i} is negative")
+    if i >= info.size:
+        raise PipelineError("OUT_OF_RANGE", f"{info.name}: index {i} >= {info.size}")
+    return slice(i, i + 1)
