@@ -415,6 +415,14 @@ class Run:
         for p in self._processes():
             self.ledger.watch(p["name"], p["component"], p["pid"], p["job"])
         self.ledger.begin()
+        # The first samples are taken before any agent sends: a short run's link bytes
+        # are counted from before its first packet.
+        processes = {p["name"]: p["pid"] for p in self._processes()}
+        self.sampler = Sampler(self.writer, self.testbed.conns,
+                               self.aggregator if cfg.mode == "ina" else None, self.jobs,
+                               self.testbed.switch_interfaces(), processes,
+                               slot_interval=cfg.sample_interval)
+        self.sampler.begin()
         self.events["agents_go"] = time.time()
         if self.offsets is None:
             go.touch()
@@ -533,12 +541,6 @@ class Run:
         cfg = self.cfg
         t0 = time.time()
         total = cfg.iterations * len(self.agents)
-        processes = {p["name"]: p["pid"] for p in self._processes()}
-        self.sampler = Sampler(self.writer, self.testbed.conns,
-                               self.aggregator if cfg.mode == "ina" else None, self.jobs,
-                               self.testbed.switch_interfaces(), processes,
-                               slot_interval=cfg.sample_interval)
-        self.sampler.start()
         shown = ""
         try:
             while True:
@@ -597,6 +599,8 @@ class Run:
                 popen.kill()
 
     def _teardown(self):
+        if self.sampler is not None and self.sampler.is_alive():  # stopped before _monitor
+            self.sampler.stop()
         self.ledger.end()
         self._stop_agents()
         if self.testbed is not None:

@@ -66,6 +66,13 @@ class Sampler(threading.Thread):
         self._proc_busy: dict[str, list[float]] = {name: [] for name in self._procs}
 
     # -- the thread ------------------------------------------------------------------
+    def begin(self):
+        """Take the first samples now, in the caller's thread, then sample on."""
+        if self.aggregator is not None:
+            self._sample_slots()
+        self._sample_slow()
+        self.start()
+
     def run(self):
         start = time.monotonic()
         tick, slow_every = 0, max(1, round(self.slow_interval / self.slot_interval))
