@@ -48,6 +48,16 @@ class Direct:
         self.p.mcast_groups[group] = list(replicas)
 
 
+def burst_slots():
+    """``BURST`` frame slots in one store, and the same memory as a uint8 row per slot
+    (what a port's receive ring hands the pipeline)."""
+    store = bytearray(BURST * 2052)
+    slots = [pl.frame_slot(store, i * 2052 + pl.SLOT_ALIGN_OFFSET, 2048) for i in range(BURST)]
+    rows = np.ndarray((BURST, 2048), np.uint8, buffer=store, offset=pl.SLOT_ALIGN_OFFSET,
+                      strides=(2052, 1))
+    return slots, rows
+
+
 def make_pipeline(job, out):
     p = pl.Pipeline(INFO, tx=lambda port, frame: out.append((port, bytes(frame))))
     conn = Direct(p)
@@ -95,10 +105,7 @@ def test_burst_paths_match_the_per_packet_path(bits, faults, monkeypatch):
     out_ref, out_burst = [], []
     ref = make_pipeline(job, out_ref)
     new = make_pipeline(job, out_burst)
-    store = bytearray(BURST * 2052)
-    slots = [pl.frame_slot(store, i * 2052 + pl.SLOT_ALIGN_OFFSET, 2048) for i in range(BURST)]
-    rows = np.ndarray((BURST, 2048), np.uint8, buffer=store, offset=pl.SLOT_ALIGN_OFFSET,
-                      strides=(2052, 1))
+    slots, rows = burst_slots()
     for lap in range(3):
         for start in range(0, len(frames), 256):  # per-port bursts within each window
             window = frames[start:start + 256]
@@ -138,10 +145,7 @@ def test_a_shared_jobs_bursts_take_the_per_packet_path(shed_level):
     out_ref, out_burst = [], []
     ref = make_pipeline(job, out_ref)
     new = make_pipeline(job, out_burst)
-    store = bytearray(BURST * 2052)
-    slots = [pl.frame_slot(store, i * 2052 + pl.SLOT_ALIGN_OFFSET, 2048) for i in range(BURST)]
-    rows = np.ndarray((BURST, 2048), np.uint8, buffer=store, offset=pl.SLOT_ALIGN_OFFSET,
-                      strides=(2052, 1))
+    slots, rows = burst_slots()
     for w in range(4):
         mine = [f for k, f in frames if k == w]
         for i in range(0, len(mine), BURST):
