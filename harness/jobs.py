@@ -119,15 +119,16 @@ def program_job(conn, job: Job):
     conn.set_multicast_group(job.mcast_grp, [(w.port, job.rid(w.index)) for w in job.workers])
 
 
-def release_job(conn, job: Job, registers=None):
+def release_job(conn, job: Job, registers=None, free: bool = True):
     """Remove what ``program_job`` installed: the job's packets are dropped from then on,
     and its slots may be given to another job (whose first use of each starts afresh,
-    ``agg_owner`` in qaina.p4). A shared job's copies are freed too (``free_copies``):
-    ``registers`` reads and writes the switch's registers (``conn`` by default, over
-    P4Runtime; ``SwitchProcess.registers`` gives the one of each target)."""
+    ``agg_owner`` in qaina.p4). A shared job's copies are freed too (``free_copies``)
+    unless ``free`` is false (the caller frees them): ``registers`` reads and writes
+    the switch's registers (``conn`` by default, over P4Runtime;
+    ``SwitchProcess.registers`` gives the one of each target)."""
     conn.delete_many(job_entries(job))
     conn.delete_multicast_group(job.mcast_grp)
-    if job.shared:
+    if job.shared and free:
         free_copies(registers or conn, job.job_id)
 
 

@@ -324,7 +324,7 @@ class Testbed:
         arrives must not wait for it)."""
         for sw, job in placements.items():
             registers = self.net.get(sw).target.registers(self.conns[sw])
-            release_job(self.conns[sw], replace(job, shared=False))
+            release_job(self.conns[sw], job, free=False)
             if job.shared:
                 t = threading.Thread(target=self._free_copies, args=(registers, job.job_id),
                                      name=f"free-{sw}-{job.job_id}", daemon=True)
