@@ -13,7 +13,7 @@ Read it next to ``qaina.p4``:
   ``source_guard`` and ``port_guard``, forged results, ``ipv4_lpm`` via ``_forward``),
   ``check`` (the aggregation checks, in the program's order, each drop reason
   where the program has it), ``_aggregate`` (the register updates, result to all or
-  answer to the sender);
+  answer to the sender); a shared job's in ``shared.py``);
 * the PRE and ``MyEgress``: ``replication.py``.
 
 ``_process_frames`` is the reference: frames one by one, as the P4 program takes
@@ -29,8 +29,7 @@ import struct
 import numpy as np
 
 from ..constants import MAX_JOBS, MAX_WORKERS, RESULT_TTL, Drop
-from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FALLBACK_PARTIAL, FLAG_FALLBACK, FLAG_FLUSH,
-                      FLAG_RESULT, FLAG_RETX, IP_CSUM, IP_DST,
+from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_RESULT, FLAG_RETX, IP_CSUM, IP_DST,
                       IP_FLAGS_FRAG, IP_PROTO, IP_SRC, IP_TTL, IP_VIHL, PAYLOAD_OFFSET,
                       PAYLOAD_WORDS, QAINA_AT, QAINA_UDP_PORT, UDP_CSUM, UDP_DPORT,
                       ipv4_checksum, wire)
@@ -38,6 +37,7 @@ from ..p4info import P4Info
 from .burst import BURST_MIN, take_burst
 from .parser import ETHERTYPE_IPV4, FRAGMENT, HEADERS, IP_PROTO_UDP
 from .replication import PortTx, Replication
+from .shared import UPPER, SharedPool, count_packet as _count
 from .tables import PipelineError, Table
 
 log = logging.getLogger("qaina.switch")
@@ -48,8 +48,6 @@ _ADDR = struct.Struct("!I")
 _CHECKSUM = struct.Struct("!H")
 _SHORT = struct.Struct("!H")
 _FLAGS, _EXP, _WORKER = QAINA_AT["flags"], QAINA_AT["exp"], QAINA_AT["worker"]
-#: the worker index of a member tuple for a result from the job's upper aggregator
-UPPER = -2
 
 #: A frame slot is placed at this offset modulo 4 in its buffer so that the payload
 #: words are 4-byte aligned.
@@ -72,7 +70,7 @@ def frame_slot(buffer, offset: int, size: int) -> tuple[memoryview, np.ndarray]:
     return view, words
 
 
-class Pipeline:
+class Pipeline(SharedPool):
     """The switch's data plane state and the per-packet program of ``qaina.p4``."""
 
     TABLES = ("MyIngress.ipv4_lpm", "MyIngress.aggregator_addr", "MyIngress.job_table",
@@ -440,91 +438,6 @@ class Pipeline:
             return
         self._result_to_all(buf, cell, group)
 
-    def _aggregate_shared(self, buf, payload, length: int, in_port: int, member: tuple,
-                          h: tuple, copy: int):
-        """The register part of ``MyIngress.apply`` for a job of the shared allocation
-        (ATP): the chunk ``(job_id, seq)`` aggregates in slot copy ``copy`` if it holds
-        it or claims it free; anything else goes to the job's fallback host (the
-        upstream) as a single."""
-        worker, _, cell, n_workers, _, _, group, up, _ = member
-        job_id, flags, exp, seq = h[10], h[12], h[15], h[16]
-        seen_cells, count_cells, exp_cells, cells = self._seen, self._count, self._exp, self.cells
-        seen, count, final = seen_cells[copy], count_cells[copy], self.agg_final[copy]
-        mine = self._owner[copy] == job_id and self.agg_seq[copy] == seq and seen != 0
-        free = count == 0 and (seen == 0 or final == 1)
-        row = self._rows[copy]
-        if worker == UPPER and flags & FLAG_FLUSH:
-            # The fallback host holds singles of the workers in payload word 0: if this
-            # copy holds the chunk's other workers exactly, their partial sum goes to
-            # the host and the use is given up (closed).
-            have = int(payload[0])
-            if mine and count != 0 and not seen & have and seen | have == (1 << n_workers) - 1:
-                payload[:] = row
-                buf[_EXP] = exp_cells[copy] & 0xFF
-                seen_cells[copy] = 0
-                count_cells[copy] = 0
-                _count(cells["MyIngress.slots_closed"], cell, length)
-                buf[_FLAGS] = 0
-                buf[_WORKER] = FALLBACK_PARTIAL
-                self._to_upstream(buf, up)
-            else:
-                self._drop(Drop.STALE_RESULT, length)
-            return
-        if worker == UPPER:
-            # The fallback host's result: it releases the copy that holds the chunk's
-            # sum; for a chunk no copy holds, it only goes down.
-            if mine and count == 0 and not final:
-                row[:] = payload
-                exp_cells[copy] = exp
-                self.agg_final[copy] = 1
-            self._result_to_all(buf, cell, group)
-            return
-        mask, retx = 1 << worker, flags & FLAG_RETX
-        if mine and not seen & mask:  # another worker of the use that holds the copy
-            seen_cells[copy] = seen | mask
-            _count(cells["MyIngress.agg_packets"], cell, length)
-            exp = self._add(row, payload, copy, exp)
-            count = (count + 1) & 0xFF  # bit<8>
-            if count != n_workers:
-                count_cells[copy] = count
-                return
-            self._shared_complete(buf, payload, length, copy, cell, exp, up)
-        elif mine and count != 0:
-            if not retx:
-                self._drop(Drop.DUPLICATE, length)
-                return
-            # A worker of the open use timed out: the use is given up (it leaves
-            # the switch: closed), its contributions go to the fallback host from now on.
-            seen_cells[copy] = 0
-            count_cells[copy] = 0
-            _count(self.cells["MyIngress.slots_closed"], cell, length)
-            buf[_FLAGS] = FLAG_RETX
-            self._single_to_fallback(buf, up)
-        elif mine:  # complete: answer once the result is in, else send the sum again
-            payload[:] = row
-            buf[_EXP] = exp_cells[copy] & 0xFF
-            if not final:
-                buf[_FLAGS] = FLAG_RETX
-                self._partial_to_upstream(buf, up)
-            else:
-                self._result_to_sender(buf, in_port, cell, exp_cells[copy], length)
-        elif free and not retx:  # a free copy: this chunk claims it
-            self._owner[copy] = job_id
-            self.agg_seq[copy] = seq
-            seen_cells[copy] = mask
-            row[:] = payload
-            exp_cells[copy] = exp
-            self.agg_final[copy] = 0
-            _count(cells["MyIngress.slots_opened"], cell, length)
-            _count(cells["MyIngress.agg_packets"], cell, length)
-            if n_workers != 1:
-                count_cells[copy] = 1
-                return
-            self._shared_complete(buf, payload, length, copy, cell, exp, up)
-        else:  # collision: the copy is another use's
-            _count(cells["MyIngress.fallback_packets"], cell, length)
-            self._single_to_fallback(buf, up)
-
     def _add(self, row, payload, copy: int, exp: int) -> int:
         """ADD_WORD over the payload and the exponent's maximum kept in the copy;
         returns the maximum (what the packet carries on)."""
@@ -534,17 +447,6 @@ class Pipeline:
             return stored
         self._exp[copy] = exp
         return exp
-
-    def _shared_complete(self, buf, payload, length: int, copy: int, cell: int, exp: int,
-                         up: tuple):
-        """A shared use is complete: its sum goes to the fallback host, and the copy
-        stays held (``agg_final`` 0) until the host's result comes back."""
-        self._count[copy] = 0
-        _count(self.cells["MyIngress.slots_closed"], cell, length)
-        payload[:] = self._rows[copy]
-        buf[_EXP] = exp & 0xFF
-        buf[_FLAGS] = 0
-        self._partial_to_upstream(buf, up)
 
     def _take_upper_result(self, buf, payload, length: int, copy: int, seen: int, count: int,
                            cell: int, group: int, h: tuple):
@@ -563,12 +465,6 @@ class Pipeline:
         """``partial_to_upstream``: out to the upper aggregator as this switch's
         contribution."""
         buf[_WORKER] = up[3]
-        self._to_upstream(buf, up)
-
-    def _single_to_fallback(self, buf, up: tuple):
-        """``single_to_fallback``: a worker's contribution out to the job's fallback
-        host, its worker index kept, ``FLAG_FALLBACK`` added."""
-        buf[_FLAGS] |= FLAG_FALLBACK
         self._to_upstream(buf, up)
 
     def _to_upstream(self, buf, up: tuple):
@@ -678,9 +574,3 @@ def _parses_qaina(h: tuple) -> bool:
     (IPv4 without options, not a fragment, UDP to the QAINA port)."""
     return (h[1] & 0x0F == 5 and not h[3] & FRAGMENT and h[5] == IP_PROTO_UDP
             and h[8] == QAINA_UDP_PORT)
-
-
-def _count(cells, cell: int, length: int):
-    """One packet of ``length`` bytes in counter cell ``cell``."""
-    cells[cell] += 1
-    cells[cell + 1] += length
