@@ -1,13 +1,14 @@
 """The embedded switch: ``qaina.p4`` in software, served over P4Runtime.
 
 ``pipeline.py`` is the data plane (parser, ingress, PRE, egress), ``runtime.py`` the
-P4Runtime server, ``ports.py`` the AF_PACKET ports, ``__main__.py`` the command line.
+P4Runtime server, ``ports.py`` the AF_PACKET ports, ``loop.py`` their receive loop,
+``__main__.py`` the command line.
 """
 
 from __future__ import annotations
 
 from .pipeline import Pipeline
-from .ports import PortSet
+from .loop import PortSet
 from .runtime import Device, serve
 
 

@@ -1,4 +1,4 @@
-"""The switch's ports: AF_PACKET sockets on the interfaces, and the receive loop.
+"""The switch's ports: AF_PACKET sockets on the interfaces.
 
 A port receives through a TPACKET_V2 receive ring (PACKET_MMAP) and reads frames in
 place from it; it sends through a transmit ring on a second socket of the interface,
@@ -7,13 +7,7 @@ Where a ring cannot be set up, the port receives with ``recv_into`` and sends wi
 ``send`` on its socket instead (a log line says so); ``QAINA_SWITCH_RINGS=0`` in the
 environment selects that path for every port.
 
-Overload: offered more than it can aggregate, a switch that let its receive rings
-fill would lose random frames (the kernel drops what finds its ring full), each of
-which strands a slot use, and would spend its time on what follows from that. The
-receive loop instead watches how far its rings are behind (``Port.backlog``) and
-sets a shed level (``Overload``) at which the pipeline drops the contributions of
-whole slot uses before spending anything on them (``burst.shed_mask``), like a
-queue that drops whole packets rather than cells.
+``loop.py`` holds the receive loop over all ports of a switch and its overload rule.
 """
 
 from __future__ import annotations
@@ -21,15 +15,11 @@ from __future__ import annotations
 import errno
 import logging
 import mmap
-import os
-import select
 import socket
 import struct
-import time
 
 import numpy as np
 
-from .burst import SHED_FULL
 from .pipeline import SLOT_ALIGN_OFFSET, frame_slot
 
 log = logging.getLogger("qaina.switch.ports")
@@ -490,145 +480,3 @@ class Port:
         self._unmap_rx()
         self._unmap_tx()
         self.sock.close()
-
-
-class PortSet:
-    """All ports of one switch and the loop that feeds their frames to a pipeline."""
-
-    def __init__(self, interfaces: dict[int, str], rings: bool | None = None):
-        if rings is None:  # QAINA_SWITCH_RINGS=0 selects the socket path
-            rings = os.environ.get("QAINA_SWITCH_RINGS", "1") != "0"
-        self.ports: dict[int, Port] = {}
-        try:
-            for number, ifname in sorted(interfaces.items()):
-                self.ports[number] = Port(number, ifname, rings=rings)
-        except PortError:
-            self.close()
-            raise
-        self._by_fd = {p.sock.fileno(): p for p in self.ports.values()}
-        self.overload = Overload()
-        self.stopping = False
-
-    def send(self, port: int, frame):
-        """Transmit on ``port``; frames to ports the switch does not have are dropped."""
-        p = self.ports.get(port)
-        if p is not None:
-            p.send(frame)
-
-    def port(self, number: int) -> Port | None:
-        """Port ``number`` (``send``, ``send_block``), None if the switch has no such port."""
-        return self.ports.get(number)
-
-    def run(self, device):
-        """Receive until ``stop()``; every frame goes to ``device.pipeline``.
-
-        The frames the pipeline sends in answer to one round of ready ports are handed
-        to the kernel together, one ``flush()`` per port. After each round the shed
-        level follows how far the rings are behind (``Overload``).
-        """
-        poller = select.epoll()
-        for fd in self._by_fd:
-            poller.register(fd, select.EPOLLIN)
-        ports = list(self.ports.values())
-        by_fd = self._by_fd
-        drain = self._drain
-        overload = self.overload
-        waiting = False  # frames left in a transmit ring for want of socket buffer
-        try:
-            while not self.stopping:
-                level = overload.level
-                for fd, _ in poller.poll(0.001 if waiting else 0.2):
-                    drain(by_fd[fd], device, overload, level)
-                waiting = False
-                for p in ports:
-                    if p.tx_queued and not self._flush(p):
-                        waiting = True
-                overload.update(time.monotonic())
-        finally:
-            poller.close()
-
-    @staticmethod
-    def _drain(port: Port, device, overload: Overload, level: int):
-        most = BURST_SHEDDING if level else BURST
-        slots, lengths, frames = port.receive(most)
-        if not lengths:
-            return
-        if level or len(lengths) == most:  # the ring may hold more
-            overload.behind(port.backlog())
-        try:
-            pipeline = device.pipeline
-            if pipeline is not None:  # no program yet: dropped, like BMv2 with --no-p4
-                before = pipeline.shed_packets
-                pipeline.process_burst(port.number, slots, lengths, frames, level)
-                port.shed += pipeline.shed_packets - before
-        finally:
-            port.release()
-
-    @staticmethod
-    def _flush(port: Port) -> bool:
-        """``port.flush()``; an error the kernel gives is counted and logged, and the
-        switch goes on (the frames stay queued for the next flush)."""
-        try:
-            return port.flush()
-        except OSError as exc:
-            port.tx_errors += 1
-            if port.tx_errors <= 10:
-                log.warning("port %d (%s): transmit failed: %s", port.number, port.ifname, exc)
-            return True
-
-    def stop(self):
-        self.stopping = True
-
-    def close(self):
-        for p in self.ports.values():
-            p.close()
-
-    def stats(self) -> dict:
-        return {p.ifname: {"rx": p.rx_packets, "rx_dropped": p.kernel_drops(), "shed": p.shed,
-                           "rx_mode": p.rx_mode,
-                           "tx": p.tx_packets, "tx_errors": p.tx_errors, "tx_mode": p.tx_mode}
-                for p in self.ports.values()}
-
-
-class Overload:
-    """The shed level of a switch (0: none .. ``burst.SHED_FULL``: every slot use not
-    opened yet), from how full its receive rings are.
-
-    Every ``PERIOD`` seconds it looks at the most frames a ring held in that period
-    (``Port.backlog``) and sets the level in proportion to how far that is past
-    ``LOW``: none up to ``LOW``, everything from ``FULL`` on (where the kernel is
-    about to drop at random and strand uses). The rings are let fill to a quarter
-    before anything is shed: a switch that is behind reads long bursts, which cost
-    it less per frame than the short ones it reads when it keeps up. The level
-    follows the rings, with nothing kept from before: once a stall (the switch
-    descheduled, say) is worked off, it sheds no more than the load needs.
-    """
-
-    FULL = RX_RING_FRAMES * 7 // 8
-    LOW = RX_RING_FRAMES // 4
-    PERIOD = 0.002
-
-    def __init__(self):
-        self.level = 0
-        self.deepest = 0  # the most frames a ring held in this period
-        self._next = 0.0
-        self._said = -60.0  # when the log last said the switch sheds
-
-    def behind(self, backlog: int):
-        """A ring held ``backlog`` frames (``Port.backlog``)."""
-        if backlog > self.deepest:
-            self.deepest = backlog
-
-    def update(self, now: float):
-        if now < self._next:
-            return
-        self._next = now + self.PERIOD
-        deepest, self.deepest = self.deepest, 0
-        if deepest <= self.LOW:
-            self.level = 0
-            return
-        if not self.level and now - self._said >= 10:  # a line at most every 10 s
-            self._said = now
-            log.info("overloaded: a receive ring held %d frames, shedding whole slot uses",
-                     deepest)
-        self.level = min(SHED_FULL, SHED_FULL * (deepest - self.LOW) // (self.FULL - self.LOW))
