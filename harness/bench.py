@@ -156,28 +156,7 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
         senders = [Port(k + 1, host, receive=False) for k, (_, host) in enumerate(veths.names)]
         socks.extend(senders)
         os.sched_setaffinity(0, {1})
-        blocks = _bursts(frames, BURST)
-        interval = BURST / rate
-        sent = 0
-        start = time.perf_counter()
-        next_t = start
-        end = start + seconds
-        i, n = 0, len(blocks)
-        while True:
-            now = time.perf_counter()
-            if now >= end:
-                break
-            if now < next_t:
-                time.sleep(max(0.0, next_t - now - 50e-6))
-                continue
-            for w, rows in blocks[i]:  # each worker's frames of the burst, in one go
-                senders[w].send_block(rows)
-                senders[w].flush()
-            i = i + 1 if i + 1 < n else 0
-            sent += BURST
-            next_t += interval
-        elapsed = time.perf_counter() - start
-        sent -= sum(p.tx_errors for p in senders)  # frames the sender's rings had no room for
+        sent, elapsed = _offer(senders, _bursts(frames, BURST), rate, seconds)
         time.sleep(0.5 if kind == "embedded" else 2.0)  # let the switch finish its queue
         counters = conn.read_counters()
         aggregated = counters["MyIngress.agg_packets"][0][0]
@@ -204,6 +183,32 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
         record.close()
     out.update(_switch_stats(target.log_path))
     return out
+
+
+def _offer(senders: list, blocks: list, rate: float, seconds: float) -> tuple[int, float]:
+    """Send ``blocks`` (bursts of ``BURST`` frames, round and round) at ``rate`` frames/s
+    for ``seconds``; (frames sent, seconds taken)."""
+    interval = BURST / rate
+    sent = 0
+    start = time.perf_counter()
+    next_t = start
+    end = start + seconds
+    i, n = 0, len(blocks)
+    while True:
+        now = time.perf_counter()
+        if now >= end:
+            break
+        if now < next_t:
+            time.sleep(max(0.0, next_t - now - 50e-6))
+            continue
+        for w, rows in blocks[i]:  # each worker's frames of the burst, in one go
+            senders[w].send_block(rows)
+            senders[w].flush()
+        i = i + 1 if i + 1 < n else 0
+        sent += BURST
+        next_t += interval
+    elapsed = time.perf_counter() - start
+    return sent - sum(p.tx_errors for p in senders), elapsed  # less what found no room
 
 
 def _switch_stats(log_path: Path) -> dict:
