@@ -522,6 +522,28 @@ def plot(sweep_dir):
         click.echo(f"wrote {f}")
 
 
+@main.command()
+@click.option("--check", is_flag=True, help="change nothing; exit 1 naming the first "
+              "table or value that differs from its data")
+@click.option("--root", type=click.Path(file_okay=False), default=str(Path(__file__).parents[1]),
+              show_default="the source tree", help="the repository whose docs to write")
+def report(check, root):
+    """Write README's metric glossary and the tables and quoted values of docs/*.md from
+    the metric registry and the CSVs of docs/data/."""
+    from .report import ReportError, check as differs, write
+    try:
+        if check:
+            first = differs(Path(root))
+            if first:
+                _fail(ValueError(f"{first}: run `qaina-bench report`"))
+            click.echo("every table and value matches its data")
+            return
+        for line in write(Path(root)) or ["nothing to change"]:
+            click.echo(line)
+    except (ReportError, ValueError) as exc:
+        _fail(exc)
+
+
 from .benchcli import bench  # noqa: E402  (the benchmarks' commands)
 
 main.add_command(bench)

@@ -211,20 +211,20 @@ def table_metrics() -> list[Metric]:
 
 
 def glossary() -> str:
-    """README's glossary of metrics, a Markdown table."""
-    lines = ["| metric | unit | what it is | over jobs (sweep.csv) | computed in |",
-             "|---|---|---|---|---|"]
+    """README's glossary of metrics, a Markdown table made from the registry."""
+    lines = ["| metric | unit | what it is | summary.json | sweep.csv | CLI | computed in |",
+             "|---|---|---|---|---|---|---|"]
     for name in METRICS.names():
         m = METRICS.get(name)
         if m.scope == "job":
-            over = ", ".join(f"{how}: `{c}`" for c, how in m.sweep) or "per job only"
-            where = f"`{m.name}` of each job in summary.json"
+            where = "per job"
+            sweep = ", ".join(f"`{c}` ({how} over jobs)" for c, how in m.sweep) or "-"
         else:
-            over = f"per run: `{m.name}`"
-            where = "sweep.csv"
-        source = f"; measured in {m.source}" if m.source else ""
-        lines.append(f"| `{m.name}` | {m.unit} | {m.definition} ({where}) | {over} | "
-                     f"`{m.computed_in}`{source} |")
+            where, sweep = "-", f"`{m.name}` (per run)"
+        cli = f"`{m.table.head}`" if m.table else "-"
+        source = f"; from {m.source}" if m.source else ""
+        lines.append(f"| `{m.name}` | {m.unit} | {m.definition} | {where} | {sweep} | "
+                     f"{cli} | `{m.computed_in}`{source} |")
     return "\n".join(lines) + "\n"
 
 
@@ -381,8 +381,9 @@ def values_per_iteration_mean(d: JobData):
     return float(np.mean([r["values"] for r in d.rows]))
 
 
-@job_metric("rel_error_mean", "ratio", "aggregation error: ||aggregate - exact fp32 sum of "
-            "the same traces|| / ||exact sum||, mean over workers and iterations",
+@job_metric("rel_error_mean", "ratio", "aggregation error: the L2 norm of (aggregate - "
+            "exact fp32 sum of the same traces) / that of the exact sum, mean over workers "
+            "and iterations",
             sweep=(("rel_error", "mean"),), table=Column("rel err", 8, ".4f"),
             source=ERROR_SOURCE)
 def rel_error_mean(d: JobData):

@@ -1,0 +1,226 @@
+"""The tables and quoted values of the docs, made from the CSVs in ``docs/data/``.
+
+``BLOCKS`` maps a marked block's name to the function that writes it, ``VALUES`` a
+marked value's (``harness/report.py`` has the markers). A sweep's points combine their
+repeats as the figures do: the mean, with the range of the repeats where it shows at
+the table's precision. ``docs/data/README.md`` says where each CSV comes from.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .metrics import glossary
+
+
+class DocData:
+    """The CSVs of ``docs/data``, read once each."""
+
+    def __init__(self, directory: Path):
+        self.dir = Path(directory)
+        self._tables: dict[str, list[dict]] = {}
+
+    def rows(self, name: str) -> list[dict]:
+        if name not in self._tables:
+            path = self.dir / f"{name}.csv"
+            try:
+                with open(path, newline="") as f:
+                    self._tables[name] = list(csv.DictReader(f))
+            except OSError as exc:
+                raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+        return self._tables[name]
+
+    def points(self, name: str, key: tuple[str, ...]) -> dict[tuple, list[dict]]:
+        """A sweep's rows grouped by the config columns ``key``, in the CSV's order."""
+        out: dict[tuple, list[dict]] = defaultdict(list)
+        for r in self.rows(name):
+            if r.get("status") == "complete":
+                out[tuple(r[k] for k in key)].append(r)
+        return out
+
+
+def values(rows: list[dict], column: str) -> list[float]:
+    return [float(r[column]) for r in rows if r.get(column) not in (None, "")]
+
+
+def spread(xs: list[float], fmt: Callable[[float], str], unit: str = "") -> str:
+    """``mean unit (min-max)``; the range left out where it does not show at ``fmt``."""
+    mean, lo, hi = fmt(float(np.mean(xs))), fmt(min(xs)), fmt(max(xs))
+    return f"{mean}{unit}" + (f" ({lo}-{hi})" if lo != hi else "")
+
+
+def seconds(x: float) -> str:
+    """Three decimals below a second, three significant digits above."""
+    return f"{x:.3f}" if x < 1 else f"{x:.3g}"
+
+
+def f3(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def mbytes(x: float) -> str:
+    return f"{x / 1e6:.3g}"
+
+
+def verdicts(rows: list[dict]) -> str:
+    found = sorted({r["fidelity"] for r in rows})
+    return found[0] if len(found) == 1 else "/".join(found)
+
+
+def table(head: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body]) + "\n"
+
+
+# -- docs/results.md -----------------------------------------------------------------
+def links(d: DocData) -> str:
+    pts = d.points("links", ("workers", "bw", "mode"))
+    body = []
+    for workers, bw in dict.fromkeys((w, b) for w, b, _ in pts):
+        row = [workers, f"{float(bw):g}"]
+        for mode in ("ina", "ring", "ps"):
+            rs = pts[(workers, bw, mode)]
+            row.append(f"{seconds(np.mean(values(rs, 'iteration_s')))} s, {verdicts(rs)}")
+        ratio = (np.mean(values(pts[(workers, bw, "ina")], "iteration_s"))
+                 / np.mean(values(pts[(workers, bw, "ring")], "iteration_s")))
+        body.append(row + [f"{ratio:.2f}"])
+    return table(["workers", "Mbit/s", "in-network", "ring", "parameter server",
+                  "in-network / ring"], body)
+
+
+def levels(d: DocData) -> str:
+    pts = d.points("levels", ("leaves", "scheme"))
+    schemes = list(dict.fromkeys(s for _, s in pts))
+    body = []
+    for leaves in dict.fromkeys(n for n, _ in pts):
+        body.append([f"{leaves}: iteration time"] + [
+            spread(values(pts[(leaves, s)], "iteration_s"), f3, " s") for s in schemes])
+        body.append([f"{leaves}: leaf-spine bytes"] + [
+            spread(values(pts[(leaves, s)], "switch_link_bytes"), mbytes, " MB")
+            for s in schemes])
+    return table(["leaves"] + [s.replace("in-network ", "in-network, ") for s in schemes],
+                 body)
+
+
+def ratio_runs(d: DocData) -> str:
+    return table(["run", "in-network", "ring"],
+                 [[r["run"], f"{float(r['in_network_ms']):.1f} ms",
+                   f"{float(r['ring_ms']):.1f} ms"] for r in d.rows("ratio")])
+
+
+def _ratio(d: DocData) -> tuple[list[float], list[float]]:
+    rows = d.rows("ratio")
+    return values(rows, "in_network_ms"), values(rows, "ring_ms")
+
+
+def payload_builds(d: DocData) -> str:
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in d.rows("payload-builds"):
+        groups[(r["target"], r["words"])].append(r)
+    body = []
+    for (target, words), rs in groups.items():
+        offered = " / ".join(f"{int(r['offered_pps']):,}" for r in rs)
+        agg = " / ".join(f"{int(r['aggregated_pps']):,}" + (
+            f" ({int(r['aggregated_min']):,}-{int(r['aggregated_max']):,})"
+            if r["aggregated_min"] else "") for r in rs)
+        share = " / ".join(_percent(float(r["aggregated_pps"]) / float(r["offered_pps"]))
+                           for r in rs)
+        body.append([target, words, offered, agg, share])
+    return table(["target", "words", "offered pps", "aggregated pps (range)", "aggregated"],
+                 body)
+
+
+def _percent(x: float) -> str:
+    p = 100 * x
+    return f"{p:.1f}%" if 99 < p < 99.95 else f"{p:.0f}%"
+
+
+def bmv2_words_per_s(d: DocData) -> dict[int, float]:
+    """BMv2's most words aggregated per second, per build (words x packets/s)."""
+    best: dict[int, float] = {}
+    for r in d.rows("payload-builds"):
+        if r["target"] == "BMv2":
+            w = int(r["words"])
+            best[w] = max(best.get(w, 0.0), w * float(r["aggregated_pps"]))
+    return best
+
+
+def bmv2_peak_pps(d: DocData) -> str:
+    best: dict[int, int] = {}
+    for r in d.rows("payload-builds"):
+        if r["target"] == "BMv2":
+            best[int(r["words"])] = max(best.get(int(r["words"]), 0), int(r["aggregated_pps"]))
+    return ", ".join(f"{v:,}" for _, v in sorted(best.items()))
+
+
+# -- docs/compression.md -------------------------------------------------------------
+def compression_resnet(d: DocData) -> str:
+    body = []
+    for r in d.rows("compression-resnet"):
+        cells = [r["scheme"]]
+        for key in ("rel_error", "exact_scales", "sum_error"):
+            cells.append("n/a" if not r[key] else
+                         f"{float(r[key]):.3f} ({float(r[key + '_min']):.3f}-"
+                         f"{float(r[key + '_max']):.3f})")
+        body.append(cells + [f"{float(r['clipped_percent']):.2f}%",
+                             f"{float(r['values_sent']):.2f}"])
+    return table(["scheme", "relative error", "with exact scales",
+                  "of the sum over iterations", "clipped", "values sent"], body)
+
+
+def feedback_gains(d: DocData) -> list[float]:
+    """How many times error feedback cuts the error of the sum over iterations, for
+    every scheme that has a row with and one without it."""
+    rows = {r["scheme"]: r for r in d.rows("compression-resnet")}
+    return [float(rows[s]["sum_error"]) / float(rows[s + " EF"]["sum_error"])
+            for s in rows if s + " EF" in rows]
+
+
+# -- docs/performance.md -------------------------------------------------------------
+COST_PARTS = ("melem_s", "agents", "switches", "ps", "harness", "kernel", "total")
+SCHEMES = {"ina": "in-network", "ring": "ring", "ps": "parameter server"}
+
+
+def cost(d: DocData) -> str:
+    body = []
+    for r in d.rows("cost"):
+        bw = "unshaped" if r["bw_mbit"] == "unshaped" else f"{float(r['bw_mbit']):g} Mbit/s"
+        cells = [bw, r["workers"], SCHEMES[r["mode"]]]
+        for part in COST_PARTS:
+            cells.append("n/a" if not r[f"{part}_mean"] else
+                         f"{float(r[part + '_mean']):.2f} ({float(r[part + '_min']):.2f}-"
+                         f"{float(r[part + '_max']):.2f})")
+        body.append(cells + [r["verdicts"]])
+    return table(["links", "n", "scheme", "Melem/s", "agents", "switches", "ps", "harness",
+                  "softirq", "total", "verdicts"], body)
+
+
+BLOCKS: dict[str, Callable[[DocData], str]] = {
+    "metrics": lambda d: glossary(),
+    "table:links": links,
+    "table:levels": levels,
+    "table:ratio": ratio_runs,
+    "table:payload-builds": payload_builds,
+    "table:compression-resnet": compression_resnet,
+    "table:cost": cost,
+}
+
+VALUES: dict[str, Callable[[DocData], str]] = {
+    "ina_mean": lambda d: f"{np.mean(_ratio(d)[0]):.1f}",
+    "ring_mean": lambda d: f"{np.mean(_ratio(d)[1]):.1f}",
+    "ratio": lambda d: f"{np.mean(_ratio(d)[0]) / np.mean(_ratio(d)[1]):.2f}",
+    "ratio_range": lambda d: "{:.2f}-{:.2f}".format(
+        min(a / b for a in _ratio(d)[0] for b in _ratio(d)[1]),
+        max(a / b for a in _ratio(d)[0] for b in _ratio(d)[1])),
+    "bmv2_peak_pps": bmv2_peak_pps,
+    "bmv2_words_32": lambda d: f"{bmv2_words_per_s(d)[32]:,.0f}",
+    "bmv2_words_best": lambda d: f"{max(bmv2_words_per_s(d).values()):,.0f}",
+    "bmv2_words_gain": lambda d: f"{max(bmv2_words_per_s(d).values()) / bmv2_words_per_s(d)[32]:.1f}",
+    "feedback_gain_min": lambda d: f"{min(feedback_gains(d)):.1f}",
+    "feedback_gain_max": lambda d: f"{max(feedback_gains(d)):.1f}",
+}
