@@ -107,6 +107,50 @@ def levels(d: DocData) -> str:
                  body)
 
 
+def wait(x: float) -> str:
+    """One significant digit below 0.1 s, two decimals above."""
+    return f"{x:.1g}" if x < 0.1 else f"{x:.2f}"
+
+
+def f2(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def sig3(x: float) -> str:
+    return f"{x:#.3g}"
+
+
+def arrivals(d: DocData) -> str:
+    pts = d.points("arrivals", ("arrivals", "scheme"))
+    schemes = list(dict.fromkeys(s for _, s in pts))
+    body = []
+    for gap in dict.fromkeys(a for a, _ in pts):
+        row = [f"{gap.split(':')[1]} s"]
+        for scheme in schemes:
+            rs = pts[(gap, scheme)]
+            row.append(f"{spread(values(rs, 'turnaround_s'), f2, ' s')}, "
+                       f"{wait(np.mean(values(rs, 'wait_s')))} s")
+        body.append(row)
+    head = [f"{schemes[0]}: turnaround, wait"] + schemes[1:]
+    return table(["mean gap"] + head, body)
+
+
+def sharing(d: DocData) -> str:
+    pts = d.points("sharing", ("scheme", "allocation"))
+    body = []
+    for scheme in dict.fromkeys(s for s, _ in pts):
+        row = [f"{scheme} ({pts[(scheme, 'static')][0]['slots']} slots per job)"]
+        for allocation in ("static", "shared"):
+            rs = pts[(scheme, allocation)]
+            row.append(f"{spread(values(rs, 'turnaround_s'), sig3, ' s')}, "
+                       f"{wait(np.mean(values(rs, 'wait_s')))} s")
+        row.append(spread(values(pts[(scheme, "shared")], "switch_share"),
+                          lambda x: f"{100 * x:.0f}", "%").replace(")", "%)"))
+        body.append(row)
+    return table(["scheme", "static: turnaround, wait", "shared: turnaround, wait",
+                  "shared: chunks summed in the switch"], body)
+
+
 def ratio_runs(d: DocData) -> str:
     return table(["run", "in-network", "ring"],
                  [[r["run"], f"{float(r['in_network_ms']):.1f} ms",
@@ -204,6 +248,8 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
     "metrics": lambda d: glossary(),
     "table:links": links,
     "table:levels": levels,
+    "table:arrivals": arrivals,
+    "table:sharing": sharing,
     "table:ratio": ratio_runs,
     "table:payload-builds": payload_builds,
     "table:compression-resnet": compression_resnet,
