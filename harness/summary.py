@@ -2,8 +2,9 @@
 
 ``summarise`` writes ``iterations.csv`` from the agents' records and computes every
 number of ``summary.json`` from the rows of ``iterations.csv`` and
-``timeseries.csv`` (``job_summary``: completion times, throughput, slot usage,
-register-bit efficiency, aggregation error; ``validity``: what may make the figures
+``timeseries.csv`` (``job_summary``: every job metric of the registry in
+``harness/metrics.py``, completion times, throughput, slot usage, register-bit
+efficiency, aggregation error and what a plugin adds; ``validity``: what may make the figures
 untrustworthy; ``fidelity``: what bound each job, links or CPU, and ``cpu_cost``: the
 CPU seconds of each component, both defined in ``harness/fidelity.py``);
 ``tests/test_summary.py`` checks the figures on tables worked out by hand,
