@@ -151,6 +151,26 @@ def sharing(d: DocData) -> str:
                   "shared: chunks summed in the switch"], body)
 
 
+def _error(d: DocData) -> dict[tuple[str, str], float]:
+    """Mean relative error of the error sweep's points, by (bits, quantizer)."""
+    return {k: float(np.mean(values(rs, "rel_error")))
+            for k, rs in d.points("error", ("bits", "quantizer")).items()}
+
+
+def error(d: DocData) -> str:
+    err = _error(d)
+    quantizers = list(dict.fromkeys(q for _, q in err))
+    return table(["bits"] + quantizers,
+                 [[b] + [sig3(err[(b, q)]) for q in quantizers]
+                  for b in dict.fromkeys(b for b, _ in err)])
+
+
+def error_ratios(d: DocData, num: str, den: str) -> list[float]:
+    """Per bit width, the error of quantizer ``num`` over that of ``den``."""
+    err = _error(d)
+    return [err[(b, num)] / err[(b, den)] for b in dict.fromkeys(b for b, _ in err)]
+
+
 def ratio_runs(d: DocData) -> str:
     return table(["run", "in-network", "ring"],
                  [[r["run"], f"{float(r['in_network_ms']):.1f} ms",
@@ -249,6 +269,7 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
     "table:links": links,
     "table:levels": levels,
     "table:arrivals": arrivals,
+    "table:error": error,
     "table:sharing": sharing,
     "table:ratio": ratio_runs,
     "table:payload-builds": payload_builds,
@@ -267,6 +288,12 @@ VALUES: dict[str, Callable[[DocData], str]] = {
     "bmv2_words_32": lambda d: f"{bmv2_words_per_s(d)[32]:,.0f}",
     "bmv2_words_best": lambda d: f"{max(bmv2_words_per_s(d).values()):,.0f}",
     "bmv2_words_gain": lambda d: f"{max(bmv2_words_per_s(d).values()) / bmv2_words_per_s(d)[32]:.1f}",
+    "error_4_to_8": lambda d: f"{_error(d)[('4', 'maxpow2')] / _error(d)[('8', 'maxpow2')]:.0f}",
+    "maxfine_cut": lambda d: "{:.0f}-{:.0f}".format(
+        100 * (1 - max(error_ratios(d, "maxfine", "maxpow2"))),
+        100 * (1 - min(error_ratios(d, "maxfine", "maxpow2")))),
+    "qsgd_cost": lambda d: "{:.0f}-{:.0f}".format(
+        min(error_ratios(d, "qsgd", "maxpow2")), max(error_ratios(d, "qsgd", "maxpow2"))),
     "feedback_gain_min": lambda d: f"{min(feedback_gains(d)):.1f}",
     "feedback_gain_max": lambda d: f"{max(feedback_gains(d)):.1f}",
 }
