@@ -223,18 +223,28 @@ def bmv2_peak_pps(d: DocData) -> str:
 
 
 # -- docs/compression.md -------------------------------------------------------------
-def compression_resnet(d: DocData) -> str:
-    body = []
-    for r in d.rows("compression-resnet"):
-        cells = [r["scheme"]]
-        for key in ("rel_error", "exact_scales", "sum_error"):
-            cells.append("n/a" if not r[key] else
-                         f"{float(r[key]):.3f} ({float(r[key + '_min']):.3f}-"
-                         f"{float(r[key + '_max']):.3f})")
-        body.append(cells + [f"{float(r['clipped_percent']):.2f}%",
-                             f"{float(r['values_sent']):.2f}"])
-    return table(["scheme", "relative error", "with exact scales",
-                  "of the sum over iterations", "clipped", "values sent"], body)
+def _with_range(r: dict, key: str) -> str:
+    if not r[key]:
+        return "n/a"
+    if not r[key + "_min"]:  # the exact sum: no range
+        return f"{float(r[key]):g}"
+    return f"{float(r[key]):.3f} ({float(r[key + '_min']):.3f}-{float(r[key + '_max']):.3f})"
+
+
+def compression(name: str) -> Callable[[DocData], str]:
+    """A table of ``qaina-bench eval compression``, with final accuracy if it has one."""
+    def make(d: DocData) -> str:
+        rows = d.rows(name)
+        keys = ["rel_error", "exact_scales", "sum_error"]
+        accuracy = "accuracy" in rows[0]
+        body = [[r["scheme"]] + [_with_range(r, k) for k in keys]
+                + [f"{float(r['clipped_percent']):.2f}%" if r["clipped_percent"] else "0",
+                   f"{float(r['values_sent']):.2f}"]
+                + ([_with_range(r, "accuracy")] if accuracy else []) for r in rows]
+        return table(["scheme", "relative error", "with exact scales",
+                      "of the sum over iterations", "clipped", "values sent"]
+                     + (["final test accuracy"] if accuracy else []), body)
+    return make
 
 
 def feedback_gains(d: DocData) -> list[float]:
@@ -273,7 +283,8 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
     "table:sharing": sharing,
     "table:ratio": ratio_runs,
     "table:payload-builds": payload_builds,
-    "table:compression-resnet": compression_resnet,
+    "table:compression-resnet": compression("compression-resnet"),
+    "table:compression-mlp": compression("compression-mlp"),
     "table:cost": cost,
 }
 
