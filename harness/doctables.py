@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from .metrics import glossary
+from .metrics import glossary, over_repeats
 
 
 class DocData:
@@ -50,7 +50,8 @@ def values(rows: list[dict], column: str) -> list[float]:
 
 def spread(xs: list[float], fmt: Callable[[float], str], unit: str = "") -> str:
     """``mean unit (min-max)``; the range left out where it does not show at ``fmt``."""
-    mean, lo, hi = fmt(float(np.mean(xs))), fmt(min(xs)), fmt(max(xs))
+    stats = over_repeats(xs)
+    mean, lo, hi = fmt(stats["mean"]), fmt(stats["min"]), fmt(stats["max"])
     return f"{mean}{unit}" + (f" ({lo}-{hi})" if lo != hi else "")
 
 

@@ -51,6 +51,14 @@ def _sum(values):
 COMBINERS = {"sum": _sum, "mean": _mean, "max": _max}
 
 
+def over_repeats(values) -> dict:
+    """How the figures and the docs combine a sweep point's repeats (``REPEATS``): the
+    mean, with the range of the repeats."""
+    values = np.asarray(values, dtype=float)
+    return {"mean": float(values.mean()), "min": float(values.min()),
+            "max": float(values.max()), "repeats": len(values)}
+
+
 @dataclass(frozen=True)
 class Column:
     """A column of the CLI's job table: header, width, format, and a scale applied
