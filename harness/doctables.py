@@ -108,6 +108,34 @@ def levels(d: DocData) -> str:
                  body)
 
 
+def loss(d: DocData) -> str:
+    pts = d.points("loss", ("workers", "loss", "mode"))
+    body = []
+    for workers, pct in dict.fromkeys((w, p) for w, p, _ in pts):
+        body.append([workers, f"{float(pct):g}%"] + [
+            spread(values(pts[(workers, pct, mode)], "iteration_s"), seconds, " s")
+            for mode in ("ina", "ring", "ps")])
+    return table(["workers", "loss", "in-network", "ring", "parameter server"], body)
+
+
+def loss_lead(d: DocData, workers: str, pct: str) -> float:
+    """The ring's iteration time over in-network's, at ``workers`` and ``pct`` loss."""
+    pts = d.points("loss", ("workers", "loss", "mode"))
+    key = next(k for k in pts if k[0] == workers and float(k[1]) == float(pct))
+    return (np.mean(values(pts[key[:2] + ("ring",)], "iteration_s"))
+            / np.mean(values(pts[key[:2] + ("ina",)], "iteration_s")))
+
+
+def loss_cell(workers: str, pct: str, mode: str) -> Callable[[DocData], str]:
+    """The loss table's cell at ``workers``, ``pct`` loss and ``mode``, as a value."""
+    def make(d: DocData) -> str:
+        pts = d.points("loss", ("workers", "loss", "mode"))
+        key = next(k for k in pts if k[0] == workers and float(k[1]) == float(pct)
+                   and k[2] == mode)
+        return spread(values(pts[key], "iteration_s"), seconds, " s")
+    return make
+
+
 def wait(x: float) -> str:
     """One significant digit below 0.1 s, two decimals above."""
     return f"{x:.1g}" if x < 0.1 else f"{x:.2f}"
@@ -281,6 +309,7 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
     "table:levels": levels,
     "table:arrivals": arrivals,
     "table:error": error,
+    "table:loss": loss,
     "table:sharing": sharing,
     "table:ratio": ratio_runs,
     "table:payload-builds": payload_builds,
@@ -306,6 +335,10 @@ VALUES: dict[str, Callable[[DocData], str]] = {
         100 * (1 - min(error_ratios(d, "maxfine", "maxpow2")))),
     "qsgd_cost": lambda d: "{:.0f}-{:.0f}".format(
         min(error_ratios(d, "qsgd", "maxpow2")), max(error_ratios(d, "qsgd", "maxpow2"))),
+    "loss_lead_8": lambda d: f"{loss_lead(d, '8', '0'):.1f}",
+    "loss_lead_4": lambda d: f"{loss_lead(d, '4', '0'):.1f}",
+    "loss_ina_8_2": loss_cell("8", "2", "ina"),
+    "loss_ring_8_5": loss_cell("8", "5", "ring"),
     "feedback_gain_min": lambda d: f"{min(feedback_gains(d)):.1f}",
     "feedback_gain_max": lambda d: f"{max(feedback_gains(d)):.1f}",
 }
