@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 
 SPECS := qaina-jobs gradiveq links loss error levels arrivals sharing
 
-.PHONY: up test docker-test deps venv shell-tool bench clean p4info figures figures-quick
+.PHONY: up test docker-test deps venv shell-tool bench clean p4info figures figures-quick report
 
 up: deps venv
 	$(VENV)/bin/qaina-bench up --topo $(TOPO)
@@ -33,11 +33,18 @@ bench: deps venv
 	$(VENV)/bin/qaina-bench bench switch
 	$(VENV)/bin/qaina-bench bench codec
 
-# Every figure of docs/results.md: each spec's sweep (resumed if it was stopped), then its plot.
+# Every figure of docs/results.md: each spec's sweep (resumed if it was stopped), then its
+# plot; its sweep.csv becomes docs/data/<spec>.csv and the docs' tables are written from it.
 figures: deps venv
 	@for s in $(SPECS); do \
 	  $(VENV)/bin/qaina-bench sweep experiments/$$s.yaml && \
-	  $(VENV)/bin/qaina-bench plot results/sweeps/$$s || exit $$?; done
+	  $(VENV)/bin/qaina-bench plot results/sweeps/$$s && \
+	  cp results/sweeps/$$s/sweep.csv docs/data/$$s.csv || exit $$?; done
+	$(VENV)/bin/qaina-bench report
+
+# README's metric glossary and the docs' tables from the registry and docs/data.
+report: venv
+	$(VENV)/bin/qaina-bench report
 
 # The same at the specs' --quick sizes (a few minutes).
 figures-quick: deps venv

@@ -12,6 +12,7 @@ import click
 
 from ..p4.header import PAYLOAD_WORDS
 from .config import ConfigError, RunConfig, check_system
+from .tables import columns_help, print_summary
 
 DEFAULTS = RunConfig()
 
@@ -233,87 +234,6 @@ def run(config, run_id):
     execute(cfg)
 
 
-COLUMNS_HELP = """
-columns: job; b bits per value; w lane width (bits of a lane sum); m values per 32-bit
-register; iters iterations every worker completed; iter ms / p99 ms iteration
-completion time (a worker's first send to its last chunk dequantized), mean and 99th
-percentile; job s first send of iteration 0 to the last iteration done; Melem/s
-gradient elements aggregated per second; fp32 Gb/s the same as 32-bit values; slots
-pk / mean aggregator slots the job held (sampled switch counters); eff register-bit
-efficiency (value bits / register bits held); rel err |aggregate - exact fp32 sum| /
-|exact sum|, mean over workers and iterations; retx retransmissions. n/a: not
-applicable (ring mode: the switches only route). fidelity: what bound each job's
-iterations: its links (network-bound), the CPU (cpu-bound), or neither clearly (mixed).
-Definitions: README, "Results".
-"""
-
-
-def _cell(value, fmt: str, width: int) -> str:
-    return f"{'n/a':>{width}}" if value is None else f"{value:>{width}{fmt}}"
-
-
-def print_summary(summary: dict, directory: Path):
-    click.echo(f"\n{summary['run_id']}: {summary['status']} ({summary['topology']}, "
-               f"{summary['target']}, {summary.get('mode', 'ina')})")
-    head = (f"{'job':>3} {'b':>3} {'w':>3} {'m':>3} {'iters':>5} {'iter ms':>8} {'p99 ms':>8} "
-            f"{'job s':>6} {'Melem/s':>8} {'fp32 Gb/s':>9} {'slots pk':>8} {'mean':>5} "
-            f"{'eff':>5} {'rel err':>8} {'retx':>5}")
-    click.echo(head)
-    for j in summary["jobs"]:
-        if not j.get("iterations_done"):
-            click.echo(f"{j['job_id']:>3} {j['bits']:>3}  no iteration completed")
-            continue
-        click.echo(f"{j['job_id']:>3} {j['bits']:>3} {j['lane_width']:>3} {j['lanes']:>3} "
-                   f"{j['iterations_done']:>5} {1e3 * j['iteration_completion_mean_s']:>8.1f} "
-                   f"{1e3 * j['iteration_completion_p99_s']:>8.1f} "
-                   f"{j['job_completion_s']:>6.2f} {(j['elements_per_s'] or 0) / 1e6:>8.3f} "
-                   f"{j['fp32_equivalent_gbps'] or 0:>9.4f} "
-                   f"{_cell(j.get('slots_peak'), '.0f', 8)} {_cell(j.get('slots_mean'), '.1f', 5)} "
-                   f"{_cell(j.get('register_bit_efficiency'), '.2f', 5)} "
-                   f"{_cell(j.get('rel_error_mean'), '.4f', 8)} {j['retransmissions']:>5}")
-        if j.get("final_test_accuracy") is not None:
-            reached = (f", {j['target_accuracy']:.2f} after {j['time_to_target_s']:.1f} s "
-                       f"({j['iterations_to_target']} iterations)"
-                       if j.get("time_to_target_s") is not None else
-                       f", {j['target_accuracy']:.2f} not reached")
-            click.echo(f"    test accuracy {j['final_test_accuracy']:.3f}{reached}")
-        fb = j.get("fallback")
-        if fb and j.get("switch_share") is not None:
-            click.echo(f"    shared pool: the switch summed {j['switch_share']:.0%} of the "
-                       f"chunks, the fallback host {fb['chunks_hosts']} chunks from "
-                       f"{fb['singles']} singles")
-    if summary.get("startup_to_first_send_s") is not None:
-        click.echo(f"first packet {summary['startup_to_first_send_s']:.1f} s after start")
-    print_fidelity(summary)
-    for warning in summary.get("validity", {}).get("warnings", []):
-        click.echo(f"warning: {warning}", err=True)
-    for err in summary.get("errors", []):
-        click.echo(f"error: {err}", err=True)
-    click.echo(f"results: {directory}")
-
-
-def print_fidelity(summary: dict):
-    """The run's fidelity verdict with each job's reason, and where its CPU went; a
-    result set made before the verdict says so and gives its CPU saturation."""
-    fid = summary.get("fidelity")
-    if not fid:
-        sat = ((summary.get("validity") or {}).get("cpu") or {}).get("saturated")
-        click.echo("fidelity: not judged (a result set older than the verdict); CPU "
-                   + (f"saturated: {sat}" if sat else "not saturated"))
-        return
-    click.echo(f"fidelity: {fid['verdict']}")
-    for j in summary["jobs"]:
-        f = j.get("fidelity") or {}
-        click.echo(f"  job {j['job_id']}: {f.get('verdict', 'n/a')}, {f.get('reason', '')}")
-    cost = summary.get("cpu_cost")
-    if cost and cost.get("s_per_melem") is not None:
-        parts = [f"{name} {c['s_per_melem']:.2f}" for name, c in cost["components"].items()]
-        k = cost["kernel"]
-        click.echo(f"CPU s per million elements: {', '.join(parts)}; softirq "
-                   f"{k['s_per_melem']:.2f} (system-wide); {cost['total_s']:.1f} CPU s in "
-                   f"{cost['window_s']:.1f} s on {cost['cores']} cores")
-
-
 @main.command()
 def doctor():
     """Check the prerequisites and say what to install."""
@@ -479,7 +399,7 @@ def results_show(run_dir):
     except SummaryError as exc:
         _fail(exc)
     print_summary(summary, Path(run_dir))
-    click.echo(COLUMNS_HELP)
+    click.echo(columns_help())
 
 
 # -- evaluation ----------------------------------------------------------------------
@@ -600,6 +520,28 @@ def plot(sweep_dir):
         _fail(exc)
     for f in files:
         click.echo(f"wrote {f}")
+
+
+@main.command()
+@click.option("--check", is_flag=True, help="change nothing; exit 1 naming the first "
+              "table or value that differs from its data")
+@click.option("--root", type=click.Path(file_okay=False), default=str(Path(__file__).parents[1]),
+              show_default="the source tree", help="the repository whose docs to write")
+def report(check, root):
+    """Write README's metric glossary and the tables and quoted values of docs/*.md from
+    the metric registry and the CSVs of docs/data/."""
+    from .report import ReportError, check as differs, write
+    try:
+        if check:
+            first = differs(Path(root))
+            if first:
+                _fail(ValueError(f"{first}: run `qaina-bench report`"))
+            click.echo("every table and value matches its data")
+            return
+        for line in write(Path(root)) or ["nothing to change"]:
+            click.echo(line)
+    except (ReportError, ValueError) as exc:
+        _fail(exc)
 
 
 from .benchcli import bench  # noqa: E402  (the benchmarks' commands)

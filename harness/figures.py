@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .metrics import over_repeats
 from .sweep import Spec, SweepError
 from .sweeprun import CSV_FILE, SPEC_FILE
 
@@ -135,9 +136,8 @@ def marks(p: dict, rows: list[dict], y: str, facet_value=None) -> list[dict]:
         groups.setdefault(key, []).append(r)
     out = []
     for (series, x), rs in groups.items():
-        values = np.array([_number(r[y]) for r in rs], dtype=float)
-        out.append({"series": " ".join(series) or y, "x": x, "y": y, "mean": values.mean(),
-                    "min": values.min(), "max": values.max(), "repeats": len(values),
+        out.append({"series": " ".join(series) or y, "x": x, "y": y,
+                    **over_repeats([_number(r[y]) for r in rs]),
                     "hollow": 0 if y in UNTIMED else sum(map(not_network_bound, rs))})
     xs = ordered(r[p["x"]] for r in rows)
     names = ordered(" ".join(r[s] for s in p["series"]) or y for r in rows)

@@ -2,8 +2,9 @@
 
 ``summarise`` writes ``iterations.csv`` from the agents' records and computes every
 number of ``summary.json`` from the rows of ``iterations.csv`` and
-``timeseries.csv`` (``job_summary``: completion times, throughput, slot usage,
-register-bit efficiency, aggregation error; ``validity``: what may make the figures
+``timeseries.csv`` (``job_summary``: every job metric of the registry in
+``harness/metrics.py``, completion times, throughput, slot usage, register-bit
+efficiency, aggregation error and what a plugin adds; ``validity``: what may make the figures
 untrustworthy; ``fidelity``: what bound each job, links or CPU, and ``cpu_cost``: the
 CPU seconds of each component, both defined in ``harness/fidelity.py``);
 ``tests/test_summary.py`` checks the figures on tables worked out by hand,
@@ -20,10 +21,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 
-from ..p4.header import QAINA_WORDS
 from .fidelity import cpu_cost, job_fidelity, overall
+from .metrics import JobData, _mean, job_values  # noqa: F401  (_mean: for older imports)
 from .plots import plot
 from .resultset import ITERATION_COLUMNS, ResultWriter, read_csv
 
@@ -55,16 +55,6 @@ def software_versions() -> dict:
     return out
 
 
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return float(np.mean(values)) if values else None
-
-
-def _max(values):
-    values = [v for v in values if v is not None]
-    return float(np.max(values)) if values else None
-
-
 def learning(rows: list[dict], start: float, target: float) -> dict:
     """What a closed-loop run (``--train``) learned: the test accuracy over time (from
     worker 0, which measures it), the last, and when ``target`` was first reached."""
@@ -83,67 +73,22 @@ def learning(rows: list[dict], start: float, target: float) -> dict:
 
 def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: str | None,
                 warmups: list[dict], target_accuracy: float = 0.9) -> dict:
-    """The summary of one job from its iteration rows and switch samples."""
+    """The summary of one job from its iteration rows and switch samples: every job
+    metric of ``harness/metrics.py`` (``METRICS``), and what it learned (``--train``)."""
     mine = [r for r in rows if r["job"] == job["job_id"]]
     out = dict(job)
     if not mine:
         out.update(iterations_done=0)
         return out
-    ct = np.array([r["completion_s"] for r in mine], dtype=float)
-    iterations = sorted({r["iteration"] for r in mine})
-    workers = sorted({r["worker"] for r in mine})
-    complete = [i for i in iterations
-                if sum(1 for r in mine if r["iteration"] == i) == job["workers"]]
     start = min(r["start"] for r in mine)
     end = max(r["end"] for r in mine)
-    job_time = end - start
-    elements = mine[0]["elements"]
-    aggregated = elements * len(complete)
     slots = [s for s in samples if int(s["job"]) == job["job_id"]
              and (aggregator is None or s["switch"] == aggregator)
              and start <= float(s["time"]) <= end]
-    in_use = np.array([float(s["slots_in_use"]) for s in slots]) if slots else None
-    # Value bits a worker's chunks carry per register bit they occupy (tail padding
-    # included); with GradiVeQ the values are coefficients.
-    words = job.get("payload_words", QAINA_WORDS)
-    efficiency = [r["values"] * job["bits"] / (-(-r["values"] // (words * job["lanes"]))
-                                               * words * 32) for r in mine]
-    in_network = aggregator is not None  # ring mode: the switches only route
-    fb = job.get("fallback")
-    if fb is not None:  # --allocation shared: who summed the job's chunks
-        done = fb["chunks_switch"] + fb["chunks_hosts"]
-        out.update(switch_share=fb["chunks_switch"] / done if done else None)
-    if job.get("admitted_s") is not None:  # --arrivals: times since the start signal
-        out.update(wait_s=job["admitted_s"] - job["arrival_s"],
-                   turnaround_s=end - job["arrived_at"])
-    out.update(
-        iterations_done=len(complete),
-        workers_reporting=len(workers),
-        iteration_completion_mean_s=float(ct.mean()),
-        iteration_completion_p99_s=float(np.percentile(ct, 99)),
-        job_completion_s=job_time,
-        warmup_s=max((w["end"] - w["start"] for w in warmups), default=None),
-        elements_per_iteration=elements,
-        elements_aggregated=aggregated,
-        elements_per_s=aggregated / job_time if job_time > 0 else None,
-        fp32_equivalent_gbps=aggregated * 32 / job_time / 1e9 if job_time > 0 else None,
-        slots_peak=float(in_use.max()) if in_network and slots else None,
-        slots_mean=float(in_use.mean()) if in_network and slots else None,
-        slot_samples=len(slots) if in_network else None,
-        elements_per_register=job["lanes"] if in_network else None,
-        register_bit_efficiency=float(np.mean(efficiency)) if in_network else None,
-        values_per_iteration_mean=float(np.mean([r["values"] for r in mine])),
-        rel_error_mean=_mean([r["rel_error"] for r in mine]),
-        rel_error_max=_max([r["rel_error"] for r in mine]),
-        **learning(mine, start, target_accuracy),
-        retransmissions=int(sum(r["retransmissions"] for r in mine)),
-        timeouts=int(sum(r["timeouts"] or 0 for r in mine)),
-        refused=int(sum(r["refused"] or 0 for r in mine)
-                    + sum(w.get("refused", 0) for w in warmups)),
-        clipped_elements=int(sum(r["clipped"] for r in mine)),
-        bytes_sent=int(sum(r["bytes_sent"] for r in mine)),
-        bytes_received=int(sum(r["bytes_received"] for r in mine)),
-    )
+    # in_network False: ring or ps mode, the switches only route
+    data = JobData(job, mine, slots, warmups, in_network=aggregator is not None)
+    out.update(job_values(data))
+    out.update(learning(mine, start, target_accuracy))
     return out
 
 

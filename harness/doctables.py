@@ -1,0 +1,344 @@
+"""The tables and quoted values of the docs, made from the CSVs in ``docs/data/``.
+
+``BLOCKS`` maps a marked block's name to the function that writes it, ``VALUES`` a
+marked value's (``harness/report.py`` has the markers). A sweep's points combine their
+repeats as the figures do: the mean, with the range of the repeats where it shows at
+the table's precision. ``docs/data/README.md`` says where each CSV comes from.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .metrics import glossary, over_repeats
+
+
+class DocData:
+    """The CSVs of ``docs/data``, read once each."""
+
+    def __init__(self, directory: Path):
+        self.dir = Path(directory)
+        self._tables: dict[str, list[dict]] = {}
+
+    def rows(self, name: str) -> list[dict]:
+        if name not in self._tables:
+            path = self.dir / f"{name}.csv"
+            try:
+                with open(path, newline="") as f:
+                    self._tables[name] = list(csv.DictReader(f))
+            except OSError as exc:
+                raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+        return self._tables[name]
+
+    def points(self, name: str, key: tuple[str, ...]) -> dict[tuple, list[dict]]:
+        """A sweep's rows grouped by the config columns ``key``, in the CSV's order."""
+        out: dict[tuple, list[dict]] = defaultdict(list)
+        for r in self.rows(name):
+            if r.get("status") == "complete":
+                out[tuple(r[k] for k in key)].append(r)
+        return out
+
+
+def values(rows: list[dict], column: str) -> list[float]:
+    return [float(r[column]) for r in rows if r.get(column) not in (None, "")]
+
+
+def spread(xs: list[float], fmt: Callable[[float], str], unit: str = "") -> str:
+    """``mean unit (min-max)``; the range left out where it does not show at ``fmt``."""
+    stats = over_repeats(xs)
+    mean, lo, hi = fmt(stats["mean"]), fmt(stats["min"]), fmt(stats["max"])
+    return f"{mean}{unit}" + (f" ({lo}-{hi})" if lo != hi else "")
+
+
+def seconds(x: float) -> str:
+    """Three decimals below a second, three significant digits above."""
+    return f"{x:.3f}" if x < 1 else f"{x:.3g}"
+
+
+def f3(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def mbytes(x: float) -> str:
+    return f"{x / 1e6:.3g}"
+
+
+def verdicts(rows: list[dict]) -> str:
+    found = sorted({r["fidelity"] for r in rows})
+    return found[0] if len(found) == 1 else "/".join(found)
+
+
+def table(head: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body]) + "\n"
+
+
+# -- docs/results.md -----------------------------------------------------------------
+def links(d: DocData) -> str:
+    pts = d.points("links", ("workers", "bw", "mode"))
+    body = []
+    for workers, bw in dict.fromkeys((w, b) for w, b, _ in pts):
+        row = [workers, f"{float(bw):g}"]
+        for mode in ("ina", "ring", "ps"):
+            rs = pts[(workers, bw, mode)]
+            row.append(f"{seconds(np.mean(values(rs, 'iteration_s')))} s, {verdicts(rs)}")
+        ratio = (np.mean(values(pts[(workers, bw, "ina")], "iteration_s"))
+                 / np.mean(values(pts[(workers, bw, "ring")], "iteration_s")))
+        body.append(row + [f"{ratio:.2f}"])
+    return table(["workers", "Mbit/s", "in-network", "ring", "parameter server",
+                  "in-network / ring"], body)
+
+
+def levels(d: DocData) -> str:
+    pts = d.points("levels", ("leaves", "scheme"))
+    schemes = list(dict.fromkeys(s for _, s in pts))
+    body = []
+    for leaves in dict.fromkeys(n for n, _ in pts):
+        body.append([f"{leaves}: iteration time"] + [
+            spread(values(pts[(leaves, s)], "iteration_s"), f3, " s") for s in schemes])
+        body.append([f"{leaves}: leaf-spine bytes"] + [
+            spread(values(pts[(leaves, s)], "switch_link_bytes"), mbytes, " MB")
+            for s in schemes])
+    return table(["leaves"] + [s.replace("in-network ", "in-network, ") for s in schemes],
+                 body)
+
+
+def loss(d: DocData) -> str:
+    pts = d.points("loss", ("workers", "loss", "mode"))
+    body = []
+    for workers, pct in dict.fromkeys((w, p) for w, p, _ in pts):
+        body.append([workers, f"{float(pct):g}%"] + [
+            spread(values(pts[(workers, pct, mode)], "iteration_s"), seconds, " s")
+            for mode in ("ina", "ring", "ps")])
+    return table(["workers", "loss", "in-network", "ring", "parameter server"], body)
+
+
+def loss_lead(d: DocData, workers: str, pct: str) -> float:
+    """The ring's iteration time over in-network's, at ``workers`` and ``pct`` loss."""
+    pts = d.points("loss", ("workers", "loss", "mode"))
+    key = next(k for k in pts if k[0] == workers and float(k[1]) == float(pct))
+    return (np.mean(values(pts[key[:2] + ("ring",)], "iteration_s"))
+            / np.mean(values(pts[key[:2] + ("ina",)], "iteration_s")))
+
+
+def loss_cell(workers: str, pct: str, mode: str) -> Callable[[DocData], str]:
+    """The loss table's cell at ``workers``, ``pct`` loss and ``mode``, as a value."""
+    def make(d: DocData) -> str:
+        pts = d.points("loss", ("workers", "loss", "mode"))
+        key = next(k for k in pts if k[0] == workers and float(k[1]) == float(pct)
+                   and k[2] == mode)
+        return spread(values(pts[key], "iteration_s"), seconds, " s")
+    return make
+
+
+def wait(x: float) -> str:
+    """One significant digit below 0.1 s, two decimals above."""
+    return f"{x:.1g}" if x < 0.1 else f"{x:.2f}"
+
+
+def f2(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def sig3(x: float) -> str:
+    return f"{x:#.3g}"
+
+
+def arrivals(d: DocData) -> str:
+    pts = d.points("arrivals", ("arrivals", "scheme"))
+    schemes = list(dict.fromkeys(s for _, s in pts))
+    body = []
+    for gap in dict.fromkeys(a for a, _ in pts):
+        row = [f"{gap.split(':')[1]} s"]
+        for scheme in schemes:
+            rs = pts[(gap, scheme)]
+            row.append(f"{spread(values(rs, 'turnaround_s'), f2, ' s')}, "
+                       f"{wait(np.mean(values(rs, 'wait_s')))} s")
+        body.append(row)
+    head = [f"{schemes[0]}: turnaround, wait"] + schemes[1:]
+    return table(["mean gap"] + head, body)
+
+
+def sharing(d: DocData) -> str:
+    pts = d.points("sharing", ("scheme", "allocation"))
+    body = []
+    for scheme in dict.fromkeys(s for s, _ in pts):
+        row = [f"{scheme} ({pts[(scheme, 'static')][0]['slots']} slots per job)"]
+        for allocation in ("static", "shared"):
+            rs = pts[(scheme, allocation)]
+            row.append(f"{spread(values(rs, 'turnaround_s'), sig3, ' s')}, "
+                       f"{wait(np.mean(values(rs, 'wait_s')))} s")
+        row.append(spread(values(pts[(scheme, "shared")], "switch_share"),
+                          lambda x: f"{100 * x:.0f}", "%").replace(")", "%)"))
+        body.append(row)
+    return table(["scheme", "static: turnaround, wait", "shared: turnaround, wait",
+                  "shared: chunks summed in the switch"], body)
+
+
+def _error(d: DocData) -> dict[tuple[str, str], float]:
+    """Mean relative error of the error sweep's points, by (bits, quantizer)."""
+    return {k: float(np.mean(values(rs, "rel_error")))
+            for k, rs in d.points("error", ("bits", "quantizer")).items()}
+
+
+def error(d: DocData) -> str:
+    err = _error(d)
+    quantizers = list(dict.fromkeys(q for _, q in err))
+    return table(["bits"] + quantizers,
+                 [[b] + [sig3(err[(b, q)]) for q in quantizers]
+                  for b in dict.fromkeys(b for b, _ in err)])
+
+
+def error_ratios(d: DocData, num: str, den: str) -> list[float]:
+    """Per bit width, the error of quantizer ``num`` over that of ``den``."""
+    err = _error(d)
+    return [err[(b, num)] / err[(b, den)] for b in dict.fromkeys(b for b, _ in err)]
+
+
+def ratio_runs(d: DocData) -> str:
+    return table(["run", "in-network", "ring"],
+                 [[r["run"], f"{float(r['in_network_ms']):.1f} ms",
+                   f"{float(r['ring_ms']):.1f} ms"] for r in d.rows("ratio")])
+
+
+def _ratio(d: DocData) -> tuple[list[float], list[float]]:
+    rows = d.rows("ratio")
+    return values(rows, "in_network_ms"), values(rows, "ring_ms")
+
+
+def payload_builds(d: DocData) -> str:
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in d.rows("payload-builds"):
+        groups[(r["target"], r["words"])].append(r)
+    body = []
+    for (target, words), rs in groups.items():
+        offered = " / ".join(f"{int(r['offered_pps']):,}" for r in rs)
+        agg = " / ".join(f"{int(r['aggregated_pps']):,}" + (
+            f" ({int(r['aggregated_min']):,}-{int(r['aggregated_max']):,})"
+            if r["aggregated_min"] else "") for r in rs)
+        share = " / ".join(_percent(float(r["aggregated_pps"]) / float(r["offered_pps"]))
+                           for r in rs)
+        body.append([target, words, offered, agg, share])
+    return table(["target", "words", "offered pps", "aggregated pps (range)", "aggregated"],
+                 body)
+
+
+def _percent(x: float) -> str:
+    p = 100 * x
+    return f"{p:.1f}%" if 99 < p < 99.95 else f"{p:.0f}%"
+
+
+def bmv2_words_per_s(d: DocData) -> dict[int, float]:
+    """BMv2's most words aggregated per second, per build (words x packets/s)."""
+    best: dict[int, float] = {}
+    for r in d.rows("payload-builds"):
+        if r["target"] == "BMv2":
+            w = int(r["words"])
+            best[w] = max(best.get(w, 0.0), w * float(r["aggregated_pps"]))
+    return best
+
+
+def bmv2_peak_pps(d: DocData) -> str:
+    best: dict[int, int] = {}
+    for r in d.rows("payload-builds"):
+        if r["target"] == "BMv2":
+            best[int(r["words"])] = max(best.get(int(r["words"]), 0), int(r["aggregated_pps"]))
+    return ", ".join(f"{v:,}" for _, v in sorted(best.items()))
+
+
+# -- docs/compression.md -------------------------------------------------------------
+def _with_range(r: dict, key: str) -> str:
+    if not r[key]:
+        return "n/a"
+    if not r[key + "_min"]:  # the exact sum: no range
+        return f"{float(r[key]):g}"
+    return f"{float(r[key]):.3f} ({float(r[key + '_min']):.3f}-{float(r[key + '_max']):.3f})"
+
+
+def compression(name: str) -> Callable[[DocData], str]:
+    """A table of ``qaina-bench eval compression``, with final accuracy if it has one."""
+    def make(d: DocData) -> str:
+        rows = d.rows(name)
+        keys = ["rel_error", "exact_scales", "sum_error"]
+        accuracy = "accuracy" in rows[0]
+        body = [[r["scheme"]] + [_with_range(r, k) for k in keys]
+                + [f"{float(r['clipped_percent']):.2f}%" if r["clipped_percent"] else "0",
+                   f"{float(r['values_sent']):.2f}"]
+                + ([_with_range(r, "accuracy")] if accuracy else []) for r in rows]
+        return table(["scheme", "relative error", "with exact scales",
+                      "of the sum over iterations", "clipped", "values sent"]
+                     + (["final test accuracy"] if accuracy else []), body)
+    return make
+
+
+def feedback_gains(d: DocData) -> list[float]:
+    """How many times error feedback cuts the error of the sum over iterations, for
+    every scheme that has a row with and one without it."""
+    rows = {r["scheme"]: r for r in d.rows("compression-resnet")}
+    return [float(rows[s]["sum_error"]) / float(rows[s + " EF"]["sum_error"])
+            for s in rows if s + " EF" in rows]
+
+
+# -- docs/performance.md -------------------------------------------------------------
+COST_PARTS = ("melem_s", "agents", "switches", "ps", "harness", "kernel", "total")
+SCHEMES = {"ina": "in-network", "ring": "ring", "ps": "parameter server"}
+
+
+def cost(d: DocData) -> str:
+    body = []
+    for r in d.rows("cost"):
+        bw = "unshaped" if r["bw_mbit"] == "unshaped" else f"{float(r['bw_mbit']):g} Mbit/s"
+        cells = [bw, r["workers"], SCHEMES[r["mode"]]]
+        for part in COST_PARTS:
+            cells.append("n/a" if not r[f"{part}_mean"] else
+                         f"{float(r[part + '_mean']):.2f} ({float(r[part + '_min']):.2f}-"
+                         f"{float(r[part + '_max']):.2f})")
+        body.append(cells + [r["verdicts"]])
+    return table(["links", "n", "scheme", "Melem/s", "agents", "switches", "ps", "harness",
+                  "softirq", "total", "verdicts"], body)
+
+
+BLOCKS: dict[str, Callable[[DocData], str]] = {
+    "metrics": lambda d: glossary(),
+    "table:links": links,
+    "table:levels": levels,
+    "table:arrivals": arrivals,
+    "table:error": error,
+    "table:loss": loss,
+    "table:sharing": sharing,
+    "table:ratio": ratio_runs,
+    "table:payload-builds": payload_builds,
+    "table:compression-resnet": compression("compression-resnet"),
+    "table:compression-mlp": compression("compression-mlp"),
+    "table:cost": cost,
+}
+
+VALUES: dict[str, Callable[[DocData], str]] = {
+    "ina_mean": lambda d: f"{np.mean(_ratio(d)[0]):.1f}",
+    "ring_mean": lambda d: f"{np.mean(_ratio(d)[1]):.1f}",
+    "ratio": lambda d: f"{np.mean(_ratio(d)[0]) / np.mean(_ratio(d)[1]):.2f}",
+    "ratio_range": lambda d: "{:.2f}-{:.2f}".format(
+        min(a / b for a in _ratio(d)[0] for b in _ratio(d)[1]),
+        max(a / b for a in _ratio(d)[0] for b in _ratio(d)[1])),
+    "bmv2_peak_pps": bmv2_peak_pps,
+    "bmv2_words_32": lambda d: f"{bmv2_words_per_s(d)[32]:,.0f}",
+    "bmv2_words_best": lambda d: f"{max(bmv2_words_per_s(d).values()):,.0f}",
+    "bmv2_words_gain": lambda d: f"{max(bmv2_words_per_s(d).values()) / bmv2_words_per_s(d)[32]:.1f}",
+    "error_4_to_8": lambda d: f"{_error(d)[('4', 'maxpow2')] / _error(d)[('8', 'maxpow2')]:.0f}",
+    "maxfine_cut": lambda d: "{:.0f}-{:.0f}".format(
+        100 * (1 - max(error_ratios(d, "maxfine", "maxpow2"))),
+        100 * (1 - min(error_ratios(d, "maxfine", "maxpow2")))),
+    "qsgd_cost": lambda d: "{:.0f}-{:.0f}".format(
+        min(error_ratios(d, "qsgd", "maxpow2")), max(error_ratios(d, "qsgd", "maxpow2"))),
+    "loss_lead_8": lambda d: f"{loss_lead(d, '8', '0'):.1f}",
+    "loss_lead_4": lambda d: f"{loss_lead(d, '4', '0'):.1f}",
+    "loss_ina_8_2": loss_cell("8", "2", "ina"),
+    "loss_ring_8_5": loss_cell("8", "5", "ring"),
+    "feedback_gain_min": lambda d: f"{min(feedback_gains(d)):.1f}",
+    "feedback_gain_max": lambda d: f"{max(feedback_gains(d)):.1f}",
+}

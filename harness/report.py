@@ -1,0 +1,86 @@
+"""``qaina-bench report``: the numbers of README and ``docs/*.md`` written from data.
+
+A generated part of a Markdown file sits between marker comments: a block on lines
+of its own (README's glossary ``<!-- metrics -->`` ... ``<!-- /metrics -->``, a table
+``<!-- table:NAME -->`` ... ``<!-- /table:NAME -->``) or a
+value inside a sentence (``<!-- value:NAME -->889.8<!-- /value -->``). ``render``
+rewrites every marked part from its generator (``harness/doctables.py``: ``BLOCKS``
+and ``VALUES``, which read the CSVs of ``docs/data/``); ``check`` says which marked
+part, if any, differs from what its data gives.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .doctables import BLOCKS, VALUES, DocData
+
+#: the files ``report`` rewrites, relative to the repository
+FILES = ("README.md", "docs/results.md", "docs/compression.md", "docs/performance.md")
+
+BLOCK = re.compile(r"(<!-- (metrics|table:[\w-]+) -->\n)(.*?)(<!-- /\2 -->)", re.S)
+VALUE = re.compile(r"(<!-- value:([\w-]+) -->)(.*?)(<!-- /value -->)", re.S)
+
+
+class ReportError(ValueError):
+    """A marker names nothing the report can make, or its data is missing."""
+
+
+def rewrite(text: str, data: DocData, where: str) -> tuple[str, list[str]]:
+    """``text`` with every marked part made afresh, and the names of the parts that
+    changed, in order."""
+    changed: list[str] = []
+
+    def block(m: re.Match) -> str:
+        name = m.group(2)
+        if name not in BLOCKS:
+            raise ReportError(f"{where}: nothing makes {name!r} (known: "
+                              f"{', '.join(sorted(BLOCKS))})")
+        new = BLOCKS[name](data)
+        if new != m.group(3):
+            changed.append(name)
+        return m.group(1) + new + m.group(4)
+
+    def value(m: re.Match) -> str:
+        name = m.group(2)
+        if name not in VALUES:
+            raise ReportError(f"{where}: no value called {name!r}")
+        new = VALUES[name](data)
+        if new != m.group(3):
+            changed.append(f"value {name}")
+        return m.group(1) + new + m.group(4)
+
+    return VALUE.sub(value, BLOCK.sub(block, text)), changed
+
+
+def render(root: Path) -> dict[Path, tuple[str, list[str]]]:
+    """Every file of ``FILES`` made afresh: path -> (new text, what changed)."""
+    data = DocData(Path(root) / "docs" / "data")
+    out = {}
+    for name in FILES:
+        path = Path(root) / name
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ReportError(f"cannot read {path}: {exc.strerror}") from None
+        out[path] = rewrite(text, data, name)
+    return out
+
+
+def check(root: Path) -> str | None:
+    """None if every marked part matches its data, else the first that differs."""
+    for path, (_, changed) in render(root).items():
+        if changed:
+            return f"{path.relative_to(root)}: {changed[0]} differs from its data"
+    return None
+
+
+def write(root: Path) -> list[str]:
+    """Rewrite the files; returns what changed, one line per file."""
+    lines = []
+    for path, (text, changed) in render(root).items():
+        if changed:
+            path.write_text(text)
+            lines.append(f"{path.relative_to(root)}: {', '.join(changed)}")
+    return lines

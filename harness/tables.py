@@ -1,0 +1,91 @@
+"""The result tables the CLI prints: a run's job table (``print_summary``), its
+fidelity verdicts and CPU cost (``print_fidelity``), and what the job table's columns
+mean (``columns_help``). The metric columns are the registry's (``harness/metrics.py``:
+every job metric with a ``table`` column, in registration order)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import click
+
+from .metrics import table_metrics
+
+#: the job table's columns before the metrics: they describe the job's number format
+FORMAT_HEAD = f"{'job':>3} {'b':>3} {'w':>3} {'m':>3}"
+FORMAT_HELP = ("job; b bits per value; w lane width (bits of a lane sum); m values per "
+               "32-bit register")
+
+
+def job_head() -> str:
+    return " ".join([FORMAT_HEAD] + [f"{m.table.head:>{m.table.width}}"
+                                     for m in table_metrics()])
+
+
+def job_line(j: dict) -> str:
+    cells = [f"{j['job_id']:>3} {j['bits']:>3} {j['lane_width']:>3} {j['lanes']:>3}"]
+    cells += [m.table.cell(j.get(m.name)) for m in table_metrics()]
+    return " ".join(cells)
+
+
+def print_summary(summary: dict, directory: Path):
+    click.echo(f"\n{summary['run_id']}: {summary['status']} ({summary['topology']}, "
+               f"{summary['target']}, {summary.get('mode', 'ina')})")
+    click.echo(job_head())
+    for j in summary["jobs"]:
+        if not j.get("iterations_done"):
+            click.echo(f"{j['job_id']:>3} {j['bits']:>3}  no iteration completed")
+            continue
+        click.echo(job_line(j))
+        if j.get("final_test_accuracy") is not None:
+            reached = (f", {j['target_accuracy']:.2f} after {j['time_to_target_s']:.1f} s "
+                       f"({j['iterations_to_target']} iterations)"
+                       if j.get("time_to_target_s") is not None else
+                       f", {j['target_accuracy']:.2f} not reached")
+            click.echo(f"    test accuracy {j['final_test_accuracy']:.3f}{reached}")
+        fb = j.get("fallback")
+        if fb and j.get("switch_share") is not None:
+            click.echo(f"    shared pool: the switch summed {j['switch_share']:.0%} of the "
+                       f"chunks, the fallback host {fb['chunks_hosts']} chunks from "
+                       f"{fb['singles']} singles")
+    if summary.get("startup_to_first_send_s") is not None:
+        click.echo(f"first packet {summary['startup_to_first_send_s']:.1f} s after start")
+    print_fidelity(summary)
+    for warning in summary.get("validity", {}).get("warnings", []):
+        click.echo(f"warning: {warning}", err=True)
+    for err in summary.get("errors", []):
+        click.echo(f"error: {err}", err=True)
+    click.echo(f"results: {directory}")
+
+
+def print_fidelity(summary: dict):
+    """The run's fidelity verdict with each job's reason, and where its CPU went; a
+    result set made before the verdict says so and gives its CPU saturation."""
+    fid = summary.get("fidelity")
+    if not fid:
+        sat = ((summary.get("validity") or {}).get("cpu") or {}).get("saturated")
+        click.echo("fidelity: not judged (a result set older than the verdict); CPU "
+                   + (f"saturated: {sat}" if sat else "not saturated"))
+        return
+    click.echo(f"fidelity: {fid['verdict']}")
+    for j in summary["jobs"]:
+        f = j.get("fidelity") or {}
+        click.echo(f"  job {j['job_id']}: {f.get('verdict', 'n/a')}, {f.get('reason', '')}")
+    cost = summary.get("cpu_cost")
+    if cost and cost.get("s_per_melem") is not None:
+        parts = [f"{name} {c['s_per_melem']:.2f}" for name, c in cost["components"].items()]
+        k = cost["kernel"]
+        click.echo(f"CPU s per million elements: {', '.join(parts)}; softirq "
+                   f"{k['s_per_melem']:.2f} (system-wide); {cost['total_s']:.1f} CPU s in "
+                   f"{cost['window_s']:.1f} s on {cost['cores']} cores")
+
+
+def columns_help() -> str:
+    """What the job table's columns mean (``results show``)."""
+    parts = [FORMAT_HELP] + [f"{m.table.head} {m.definition}" for m in table_metrics()]
+    text = ("columns: " + "; ".join(parts) + ". n/a: not applicable (ring and ps "
+            "modes: the switches only route). fidelity: what bound each job's iterations: "
+            "its links (network-bound), the CPU (cpu-bound), or neither clearly (mixed). "
+            "Definitions: README, \"Metrics\".")
+    return "\n" + textwrap.fill(text, 88) + "\n"

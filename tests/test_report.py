@@ -1,0 +1,144 @@
+"""The metric registry and the docs written from data: README's glossary and the docs'
+tables and quoted values match docs/data and the registry, a drift is named, and a
+metric added to the registry reaches summary.json, sweep.csv and the CLI's table."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qaina_bench.harness import sweepcsv
+from qaina_bench.harness.metrics import METRICS, Column, Metric, glossary, sweep_columns
+from qaina_bench.harness.report import FILES, ReportError, check, write
+from qaina_bench.harness.summary import job_summary
+from qaina_bench.harness.tables import columns_help, job_head, job_line
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: sweep.csv's metric columns before the registry; plots and readers depend on them
+OLD_COLUMNS = ["iteration_s", "steady_iteration_s", "iteration_p99_s", "job_completion_s",
+               "job_completion_max_s", "elements_per_s", "fp32_gbps", "slots_peak",
+               "register_bit_efficiency", "rel_error", "retransmissions", "bytes_sent",
+               "bytes_per_iteration", "steady_bytes_per_iteration", "span_s",
+               "cpu_saturated", "fidelity", "cpu_s_per_melem", "cpu_busy", "warnings",
+               "jobs_fit", "switch_link_bytes", "turnaround_s", "turnaround_max_s",
+               "wait_s", "switch_share"]
+
+
+def copy_repo(tmp_path: Path) -> Path:
+    for name in FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "docs" / "data", tmp_path / "docs" / "data")
+    return tmp_path
+
+
+def test_the_docs_match_their_data_and_the_registry():
+    assert check(ROOT) is None
+
+
+def test_sweep_csv_keeps_its_columns_in_their_order():
+    assert sweep_columns() == OLD_COLUMNS
+
+
+def test_the_glossary_names_every_metric_column_and_where_it_is_computed():
+    text = glossary()
+    for column in sweep_columns():
+        assert f"`{column}`" in text
+    assert "`harness/metrics.py:slots_peak`" in text
+    assert "harness/sampling.py:Sampler._sample_slots" in text  # slots in use
+    assert "hosts/agent.py" in text  # the per-iteration error
+
+
+@pytest.mark.parametrize("old, new, named", [
+    ("ring <!-- value:ring_mean -->889.8<", "ring <!-- value:ring_mean -->889.9<",
+     "value ring_mean"),
+    ("| 4 | 4 | 0.290 s, network-bound", "| 4 | 4 | 0.291 s, network-bound", "table:links"),
+])
+def test_a_number_that_drifts_from_its_data_is_named(tmp_path, old, new, named):
+    root = copy_repo(tmp_path)
+    path = root / "docs" / "results.md"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    assert check(root) == f"docs/results.md: {named} differs from its data"
+    assert write(root) == [f"docs/results.md: {named}"]
+    assert path.read_text() == text and check(root) is None
+
+
+def test_a_changed_data_file_changes_the_docs(tmp_path):
+    root = copy_repo(tmp_path)
+    ratio = root / "docs" / "data" / "ratio.csv"
+    ratio.write_text(ratio.read_text().replace("888.0", "900.0"))
+    assert check(root) == "docs/results.md: table:ratio differs from its data"
+    assert write(root) == ["docs/results.md: table:ratio, value ring_mean, value ratio"]
+    text = (root / "docs" / "results.md").read_text()
+    assert "<!-- value:ring_mean -->893.8<!-- /value -->" in text  # (890.3+900+891.2)/3
+    assert "| 2 | 512.1 ms | 900.0 ms |" in text
+
+
+def test_a_marker_nothing_makes_is_one_error(tmp_path):
+    root = copy_repo(tmp_path)
+    (root / "docs" / "performance.md").write_text("<!-- value:nothing -->1<!-- /value -->\n")
+    with pytest.raises(ReportError, match="no value called 'nothing'"):
+        check(root)
+
+
+def test_report_check_exits_non_zero_with_one_line(tmp_path):
+    root = copy_repo(tmp_path)
+    cli = [sys.executable, "-m", "qaina_bench.harness.cli"]
+    ok = subprocess.run(cli + ["report", "--check", "--root", str(root)],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    path = root / "docs" / "compression.md"
+    path.write_text(path.read_text().replace("| b=4 maxpow2 | 0.194", "| b=4 maxpow2 | 0.195"))
+    bad = subprocess.run(cli + ["report", "--check", "--root", str(root)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines() == [
+        "Error: docs/compression.md: table:compression-resnet differs from its data: run "
+        "`qaina-bench report`"]
+
+
+@pytest.fixture
+def extra_metric():
+    """A metric registered in-process, as an entry point of qaina_bench.metrics would."""
+    metric = Metric("chunks_per_worker", "chunks", "chunks a worker sent per iteration",
+                    lambda d: sum(r["chunks"] for r in d.rows) / len(d.rows),
+                    sweep=(("chunks_total", "sum"),), table=Column("chunks", 6, ".1f"))
+    METRICS.add(metric.name, metric, "test")
+    yield metric
+    del METRICS._items[metric.name], METRICS._origin[metric.name]
+
+
+JOB = {"job_id": 1, "index": 0, "bits": 4, "workers": 2, "lanes": 5, "lane_width": 6,
+       "payload_words": 32, "slots": 8}
+ROWS = [{"job": 1, "worker": w, "iteration": 0, "start": 1.0, "end": 2.0 + w,
+         "completion_s": 1.0 + w, "elements": 100, "values": 100, "rel_error": 0.1,
+         "retransmissions": 0, "timeouts": 0, "refused": 0, "clipped": 0,
+         "bytes_sent": 10, "bytes_received": 10, "chunks": 3 + w} for w in (0, 1)]
+
+
+def test_a_plugin_metric_reaches_summary_sweep_csv_and_the_table(extra_metric, tmp_path):
+    s = job_summary(JOB, ROWS, [], "s1", [])
+    assert s["chunks_per_worker"] == 3.5
+    assert sweepcsv.columns([])[-1] == "chunks_total"
+    (tmp_path / "summary.json").write_text(json.dumps(
+        {"status": "complete", "jobs": [s, dict(s, chunks_per_worker=1.5)]}))
+    row = sweepcsv.run_row(tmp_path)
+    assert row["chunks_total"] == 5.0 and row["elements_per_s"] == pytest.approx(100 / 2.0 * 2)
+    assert job_head().endswith("chunks") and job_line(s).endswith("   3.5")
+    assert "chunks chunks a worker sent" in " ".join(columns_help().split())
+    assert "`chunks_per_worker`" in glossary()
+
+
+def test_the_job_table_says_n_a_for_what_does_not_apply():
+    s = job_summary(JOB, ROWS, [], None, [])  # ring: the switches only route
+    assert s["slots_peak"] is None and s["register_bit_efficiency"] is None
+    line = job_line(s)
+    assert len(line) == len(job_head()) and line.count("n/a") == 3
