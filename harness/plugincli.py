@@ -52,14 +52,15 @@ def describe(registry, name: str) -> str:
 def plugins(verbose):
     """List the quantizers, compressors and topologies (built in and from entry
     points), where each comes from and a topology's parameters with their defaults."""
-    try:
+    lines = []
+    try:  # everything loads before anything is printed: a broken plugin is one line
         for title, option, registry in registries():
-            click.echo(f"{title} ({option}, entry points {registry.group}):")
+            lines.append(f"{title} ({option}, entry points {registry.group}):")
             for name in registry.names():
-                click.echo(describe(registry, name))
+                lines.append(describe(registry, name))
                 item = registry.get(name)
                 if verbose and isinstance(item, type):
-                    for p in declared(item):
-                        click.echo(f"      {p.describe()}")
+                    lines += [f"      {p.describe()}" for p in declared(item)]
     except PluginError as exc:
         raise click.ClickException(str(exc)) from None
+    click.echo("\n".join(lines))
