@@ -101,6 +101,16 @@ def test_spines_and_leaves_are_aliases_folded_into_the_spec():
     assert star.topo == "star"
 
 
+def test_a_sweep_resumes_runs_stored_with_the_topology_s_short_name():
+    from qaina_bench.harness.sweep import comparable
+    stored = RunConfig(topo="leafspine", leaves=4)  # a config.yaml from before specs
+    planned = RunConfig(topo="leafspine", leaves=4)
+    planned.check()
+    assert planned.topo == "leafspine,spines=2,leaves=4"
+    assert comparable(stored) == comparable(planned)
+    assert comparable(RunConfig(topo="leafspine", leaves=3)) != comparable(planned)
+
+
 def test_the_run_id_names_the_parameters_that_differ_from_their_defaults():
     assert new_run_id(RunConfig(topo="leafspine,2,4"))[16:].startswith(
         "leafspine-leaves4-ina-j2w4b4")
