@@ -520,8 +520,7 @@ def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh,
     from ..hosts.training import DataParallelJob
     try:
         ts = open_trace(trace, list(dirs) or None)
-        names = tuple(q.strip() for q in (quantizers or ",".join(QUANTIZERS)).split(",")
-                      if q.strip())
+        names = tuple(q.strip() for q in (quantizers or ",".join(QUANTIZERS)).split(","))
         scheme_list = ev.schemes(tuple(bits), names, gvq_k, gvq_refresh, extras,
                                  {"both": (False, True), "off": (False,), "on": (True,)}[ef])
         sizes = tuple(int(h) for h in hidden.split(",") if h.strip())
@@ -604,7 +603,6 @@ def plot(sweep_dir):
 
 
 from .benchcli import bench  # noqa: E402  (the benchmarks' commands)
-
 main.add_command(bench)
 main.add_command(plugins)
 
