@@ -70,6 +70,14 @@ def test_a_bad_spec_is_one_line(text, message):
         RunConfig(topo=text).check()
 
 
+def test_a_topology_plugin_must_be_a_qaina_topology(monkeypatch):
+    monkeypatch.setitem(TOPOLOGIES._items, "fn", lambda **_: None)
+    monkeypatch.setitem(TOPOLOGIES._origin, "fn", "entry point fn = m:fn (m 1)")
+    with pytest.raises(TopologyError, match="topology 'fn' \\(entry point fn = m:fn \\(m 1\\)\\) "
+                                            "is not a QainaTopo subclass"):
+        parse_topo("fn")
+
+
 def test_the_dumbbell_bottleneck_shapes_only_the_middle_link():
     topo = DumbbellTopo(hosts=4, link=LinkParams(bw=10.0), bottleneck=2.0)
     assert topo.linkInfo("s1", "s2")["bw"] == 2.0

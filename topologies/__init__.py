@@ -29,7 +29,11 @@ def parse_topo(text: str, fallback: dict | None = None) -> TopoSpec:
     TopoSpec of a registered topology; TopologyError (one line) if it cannot be built.
     ``fallback`` gives values for parameters the text leaves out (the ``--spines`` and
     ``--leaves`` aliases)."""
-    return _parse(text, TOPOLOGIES, fallback)
+    spec = _parse(text, TOPOLOGIES, fallback)
+    if not (isinstance(spec.cls, type) and issubclass(spec.cls, QainaTopo)):
+        raise TopologyError(f"topology {spec.name!r} ({TOPOLOGIES.origin(spec.name)}) is "
+                            "not a QainaTopo subclass")
+    return spec
 
 
 __all__ = ["TOPOLOGIES", "LinkParams", "QainaTopo", "StarTopo", "DumbbellTopo",
