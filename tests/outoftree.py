@@ -77,11 +77,11 @@ def build_wheel(pkg: Path, out: Path) -> Path:
     """The package's wheel, written from its pyproject.toml (name, version, entry
     points, modules) without a build backend: the project's virtualenv need not hold
     ``wheel``, and nothing is downloaded."""
-    meta = tomllib.loads((pkg / "pyproject.toml").read_text())["project"]
+    pyproject = tomllib.loads((pkg / "pyproject.toml").read_text())
+    meta = pyproject["project"]
     dist = f"{meta['name'].replace('-', '_')}-{meta['version']}"
     files = {f"{m}.py": (pkg / f"{m}.py").read_bytes()
-             for m in tomllib.loads((pkg / "pyproject.toml").read_text())
-             ["tool"]["setuptools"]["py-modules"]}
+             for m in pyproject["tool"]["setuptools"]["py-modules"]}
     points = "".join(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items())
                      + "\n" for group, entries in meta["entry-points"].items())
     files[f"{dist}.dist-info/METADATA"] = (f"Metadata-Version: 2.1\nName: {meta['name']}\n"
