@@ -13,6 +13,7 @@ import click
 from ..p4.header import PAYLOAD_WORDS
 from .config import ConfigError, RunConfig, check_system
 from .tables import columns_help, print_summary
+from .plugincli import COMPRESSORS, QUANTIZERS, RegistryChoice, plugins
 
 DEFAULTS = RunConfig()
 
@@ -52,8 +53,8 @@ def main():
 
 
 _RUN_OPTIONS = [
-    click.option("--topo", type=click.Choice(["star", "dumbbell", "leafspine"]),
-                 default=DEFAULTS.topo, show_default=True, help="topology"),
+    click.option("--topo", default=DEFAULTS.topo, show_default=True, metavar="NAME[,V|,P=V]..",
+                 help="topology[,parameters]: leafspine,2,4 or leafspine,leaves=4 (see plugins)"),
     click.option("--target", type=click.Choice(["embedded", "bmv2"]),
                  default=DEFAULTS.target, show_default=True, help="switch program"),
     click.option("--jobs", type=int, default=DEFAULTS.jobs, show_default=True),
@@ -85,8 +86,8 @@ _RUN_OPTIONS = [
     click.option("--bw", type=float, help="link bandwidth, Mbit/s"),
     click.option("--delay", help="link delay, e.g. 0.5ms"),
     click.option("--loss", type=float, help="link loss, percent"),
-    click.option("--spines", type=int, default=DEFAULTS.spines, show_default=True),
-    click.option("--leaves", type=int, default=DEFAULTS.leaves, show_default=True),
+    click.option("--spines", type=int, default=DEFAULTS.spines, help="alias: leafspine,spines=N"),
+    click.option("--leaves", type=int, default=DEFAULTS.leaves, help="alias: leafspine,leaves=N"),
     click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True),
     click.option("--results-dir", type=click.Path(), default=DEFAULTS.results_dir,
                  show_default=True),
@@ -109,7 +110,7 @@ _RUN_OPTIONS = [
 ]
 
 _COMPRESSION_OPTIONS = [
-    click.option("--compress", type=click.Choice(["none", "gradiveq"]), default="none",
+    click.option("--compress", type=RegistryChoice(COMPRESSORS, ["none"]), default="none",
                  show_default=True, help="GradiVeQ: aggregate per-layer PCA coefficients "
                  "after --gvq-fit exact iterations"),
     click.option("--gvq-d", type=int, default=DEFAULTS.gvq_d, show_default=True,
@@ -140,11 +141,10 @@ _COMPRESSION_OPTIONS = [
                  show_default=True, help="--train: iterations between test accuracies"),
     click.option("--target-accuracy", type=float, default=DEFAULTS.target_accuracy,
                  show_default=True, help="--train: the summary says when it was reached"),
-    click.option("--quantizer", type=click.Choice(["maxpow2", "maxfine", "qsgd", "none"]),
+    click.option("--quantizer", type=RegistryChoice(QUANTIZERS, ["none"]),
                  default="maxpow2", show_default=True,
-                 help="scale rule: power of two at the chunk maximum, the same in "
-                 "quarter octaves, or QSGD's L2 norm per bucket (b = 1: scaled signs); "
-                 "none: float32 sums (--mode ring or ps, --bits 32)"),
+                 help="scale rule (hosts/QUANTIZERS.md; b = 1: scaled signs); none: "
+                 "float32 sums (--mode ring or ps, --bits 32)"),
     click.option("--bucket", type=int, default=DEFAULTS.bucket, show_default=True,
                  help="qsgd: elements sharing one norm"),
     click.option("--error-feedback", is_flag=True,
@@ -414,7 +414,7 @@ def evaluate():
 @click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
 @click.option("--workers", type=int, default=8, show_default=True)
 @click.option("--bits", type=BitsType(), default="2,4,8,32", show_default=True)
-@click.option("--quantizers", default="maxpow2,maxfine,qsgd", show_default=True)
+@click.option("--quantizers", help="comma-separated (default: every registered one)")
 @click.option("--gvq-k", type=int, default=8, show_default=True)
 @click.option("--gvq-refresh", type=int, default=4, show_default=True)
 @click.option("--seeds", type=int, default=2, show_default=True, help="repeats of each")
@@ -440,7 +440,7 @@ def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh,
     from ..hosts.training import DataParallelJob
     try:
         ts = open_trace(trace, list(dirs) or None)
-        names = tuple(q.strip() for q in quantizers.split(",") if q.strip())
+        names = tuple(q.strip() for q in (quantizers or ",".join(QUANTIZERS)).split(","))
         scheme_list = ev.schemes(tuple(bits), names, gvq_k, gvq_refresh, extras,
                                  {"both": (False, True), "off": (False,), "on": (True,)}[ef])
         sizes = tuple(int(h) for h in hidden.split(",") if h.strip())
@@ -545,8 +545,8 @@ def report(check, root):
 
 
 from .benchcli import bench  # noqa: E402  (the benchmarks' commands)
-
 main.add_command(bench)
+main.add_command(plugins)
 
 if __name__ == "__main__":
     main()

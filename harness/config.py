@@ -19,10 +19,10 @@ import yaml
 
 from types import UnionType as _UnionType
 
-from ..hosts.compression import QUANTIZERS
+from ..hosts.compression import COMPRESSORS, QUANTIZERS
 from ..hosts.lanes import BIT_WIDTHS, LaneError, LaneFormat
 from ..hosts.traces import TraceError, find_trace, TraceSet
-from ..topologies import TOPOLOGIES
+from ..topologies import TopologyError, TopoSpec, parse_topo
 from ..p4.constants import MAX_JOBS, POOL_SLOTS
 from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
 from .targets import TARGETS, bmv2_missing, toolchain
@@ -46,7 +46,7 @@ class TraceMissing(ConfigError):
 
 @dataclass
 class RunConfig:
-    topo: str = "leafspine"
+    topo: str = "leafspine"  # a --topo spec: name[,value...][,param=value...]
     target: str = "embedded"
     jobs: int = 2
     workers: int = 4
@@ -58,8 +58,8 @@ class RunConfig:
     bw: float | None = None  # Mbit/s, every link
     delay: str | None = None  # e.g. "0.5ms", every link
     loss: float | None = None  # percent, every link
-    spines: int = 2
-    leaves: int = 2
+    spines: int = 2  # alias of --topo leafspine,spines=N (kept for old configs)
+    leaves: int = 2  # alias of --topo leafspine,leaves=N
     headroom: int | None = None  # predicted-scale headroom (None: 1 for b <= 8, 8 for b = 32)
     seed: int = 0
     results_dir: str = "results"
@@ -69,7 +69,7 @@ class RunConfig:
     record_levels: bool = False
     switch_log: bool = False  # BMv2: log every packet (slows it down several times)
     mode: str = "ina"  # or "ring" / "ps": host-based baselines over the same fabric
-    compress: str = "none"  # or "gradiveq"
+    compress: str = "none"  # or a name in hosts/compression.py's COMPRESSORS
     gvq_d: int = 64
     gvq_k: int = 8
     gvq_fit: int = 1  # GradiVeQ: exact iterations the bases are fitted on
@@ -82,7 +82,7 @@ class RunConfig:
     width: int = 24  # resnet width
     eval_every: int = 10  # iterations between test-accuracy measurements
     target_accuracy: float = 0.9  # time to reach it goes into the summary
-    quantizer: str = "maxpow2"  # maxpow2, maxfine or qsgd (hosts/compression.py)
+    quantizer: str = "maxpow2"  # a name in hosts/quantize.py's QUANTIZERS, or none
     bucket: int = 512  # qsgd: elements per norm
     error_feedback: bool = False  # always on at b = 1
     payload_words: int = QAINA_WORDS  # words per packet: which qaina.p4 build the switches run
@@ -142,9 +142,7 @@ class RunConfig:
         for f in fields(self):
             _typed(f.name, getattr(self, f.name), "the configuration")
         self.check_run_id()
-        if self.topo not in TOPOLOGIES:
-            raise ConfigError(f"unknown topology {self.topo!r}: use one of "
-                              f"{', '.join(TOPOLOGIES)}")
+        self.resolve_topology()
         if self.target not in TARGETS:
             raise ConfigError(f"unknown target {self.target!r}: use one of {', '.join(TARGETS)}")
         if self.target == "bmv2" and bmv2_missing():
@@ -202,8 +200,6 @@ class RunConfig:
         if self.allocation == "shared" and self.levels != 1:
             raise ConfigError("--allocation shared aggregates on one switch per job: use "
                               "--levels 1 with it")
-        if self.topo == "leafspine" and (self.spines < 1 or self.leaves < 1):
-            raise ConfigError("a leaf-spine needs --spines >= 1 and --leaves >= 1")
         if self.mode not in MODES:
             raise ConfigError(f"--mode {self.mode!r}: use one of {', '.join(MODES)}")
         if self.payload_words not in PAYLOAD_WORDS:
@@ -230,10 +226,35 @@ class RunConfig:
         return trace
 
 
+    def topology(self) -> TopoSpec:
+        """The topology ``topo`` names with all its parameters; ``spines`` and ``leaves``
+        fill the parameters of those names that the spec leaves out (aliases)."""
+        try:
+            return parse_topo(self.topo, {"spines": self.spines, "leaves": self.leaves})
+        except TopologyError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def resolve_topology(self):
+        """Write the full spec into ``topo`` (what config.yaml and the summary record)
+        and the values it resolved into the aliases."""
+        spec = self.topology()
+        self.topo = spec.text()
+        self.spines = spec.params.get("spines", self.spines)
+        self.leaves = spec.params.get("leaves", self.leaves)
+
+    @staticmethod
+    def check_plugin(option: str, name: str, registry):
+        """``name`` is ``none`` or one of ``registry``'s (ConfigError naming the choices)."""
+        try:
+            known = name == "none" or name in registry
+        except ValueError as exc:  # PluginError: a plugin of the kind does not load
+            raise ConfigError(f"{option} {name}: {exc}") from None
+        if not known:
+            raise ConfigError(f"{option} {name!r}: use one of "
+                              f"{', '.join(registry.names())} or none")
+
     def check_compression(self):
-        if self.quantizer not in QUANTIZERS + ("none",):
-            raise ConfigError(f"--quantizer {self.quantizer!r}: use one of "
-                              f"{', '.join(QUANTIZERS)} or none")
+        self.check_plugin("--quantizer", self.quantizer, QUANTIZERS)
         if self.quantizer == "none" and (self.mode == "ina" or set(self.job_bits()) != {32}):
             raise ConfigError("--quantizer none sums float32 values on the hosts: use it with "
                               "--mode ring or ps and --bits 32 (the switch sums integers)")
@@ -244,8 +265,7 @@ class RunConfig:
                               "values are a small share of their bucket's norm, and error "
                               "feedback's nearest rounding takes them all to level 0; use "
                               "maxpow2 or maxfine, or b >= 4")
-        if self.compress not in ("none", "gradiveq"):
-            raise ConfigError(f"--compress {self.compress!r}: use none or gradiveq")
+        self.check_plugin("--compress", self.compress, COMPRESSORS)
         if not 1 <= self.gvq_k <= self.gvq_d:
             raise ConfigError(f"GradiVeQ needs 1 <= k <= d, got --gvq-k {self.gvq_k} "
                               f"--gvq-d {self.gvq_d}")

@@ -28,7 +28,7 @@ from ..p4.header import QAINA_WORDS
 from ..hosts.traces import find_trace
 from .resultset import ResultWriter
 from .summary import summarise
-from ..topologies import TOPOLOGIES, LinkParams
+from ..topologies import LinkParams
 from .config import ConfigError, RunConfig
 from .cpulimit import limit_problem
 from .cpustat import CpuLedger
@@ -127,7 +127,7 @@ def new_run_id(cfg: RunConfig) -> str:
     """Time and what was run: topology, mode, jobs x workers, bits, compression,
     trace and link settings, e.g. ``20261130-101500-leafspine-ina-j2w4b4-digits-mlp-bw1``."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    parts = [stamp, cfg.topo, cfg.mode,
+    parts = [stamp, cfg.topology().short(), cfg.mode,
              f"j{cfg.jobs}w{cfg.workers}b{'-'.join(str(b) for b in cfg.bits)}"]
     if not cfg.pack:
         parts.append("unpacked")
@@ -156,7 +156,7 @@ def build_topology(cfg: RunConfig, netem: bool = True):
     extra = cfg.mode == "ps" or (cfg.mode == "ina" and cfg.allocation == "shared")
     hosts = cfg.jobs * cfg.workers + (cfg.jobs if extra else 0)
     link = LinkParams(cfg.bw, cfg.delay, cfg.loss if netem else None)
-    return TOPOLOGIES[cfg.topo](hosts=hosts, link=link, spines=cfg.spines, leaves=cfg.leaves)
+    return cfg.topology().build(hosts, link)
 
 
 def check_names_free(topo_name: str, topo):

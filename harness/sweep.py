@@ -263,6 +263,10 @@ def comparable(cfg: RunConfig) -> dict:
     out = asdict(cfg)
     out.pop("results_dir")
     out.pop("trace_dirs")
+    try:  # the full topology spec: a run stored before specs were recorded matches too
+        out["topo"] = cfg.topology().text()
+    except ConfigError:
+        pass
     return out
 
 

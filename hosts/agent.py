@@ -52,10 +52,9 @@ import numpy as np
 
 from ..p4.header import QAINA_UDP_PORT, QAINA_WORDS, wire
 from . import kernels
-from .gradiveq import GradiVeQSchedule, LayeredGradiVeQ
 from .ps import PS_PORT, PSClient, PSError
 from .ring import Ring, RingError
-from .compression import CodecConfig, WorkerCodec
+from .compression import COMPRESSORS, CodecConfig, WorkerCodec
 from .sources import LiveTraining, TraceReplay
 from .traces import TraceError
 from .transport import ExchangeStats, SlotStream, StreamStalled
@@ -173,12 +172,14 @@ class Agent:
         except (ValueError, TraceError) as exc:
             raise AgentError(str(exc)) from None
         self.elements = self.source.elements
-        if cfg.compress not in ("none", "gradiveq"):
-            raise AgentError(f"unknown compression {cfg.compress!r}: none or gradiveq")
-        self.gvq = self.schedule = None
-        if cfg.compress == "gradiveq":
-            self.gvq = LayeredGradiVeQ(self.source.layers, cfg.gvq_d, cfg.gvq_k)
-            self.schedule = GradiVeQSchedule(cfg.gvq_fit_iterations, cfg.gvq_refresh)
+        self.gvq = None  # the compressor (--compress), GradiVeQ's by default
+        if cfg.compress != "none":
+            try:
+                self.gvq = COMPRESSORS.get(cfg.compress)(
+                    self.source.layers, d=cfg.gvq_d, k=cfg.gvq_k,
+                    fit=cfg.gvq_fit_iterations, refresh=cfg.gvq_refresh)
+            except ValueError as exc:
+                raise AgentError(f"--compress {cfg.compress}: {exc}") from None
             # Exact iterations: 32-bit fixed point, whatever the job's bits.
             self.exact_codec = WorkerCodec(CodecConfig(32, cfg.workers), np.random.default_rng(
                 [cfg.seed, cfg.job_id, cfg.worker, 32]), cfg.payload_words)
@@ -193,7 +194,6 @@ class Agent:
             if not cfg.ps_address:
                 raise AgentError("ps mode needs the address of the job's parameter server")
             self.ring = PSClient(cfg.worker, (cfg.ps_address, cfg.ps_port))
-        self.fit_aggregates: list[np.ndarray] = []  # the exact aggregates the bases fit
         self.window = cfg.slots
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -218,7 +218,7 @@ class Agent:
     # -- iterations --------------------------------------------------------------------
     def exact_iteration(self, i: int) -> bool:
         """Whether iteration ``i`` is one GradiVeQ aggregates uncompressed at 32 bits."""
-        return self.schedule is not None and self.schedule.exact(i)
+        return self.gvq is not None and self.gvq.exact(i)
 
     def codec_for(self, i: int) -> WorkerCodec:
         return self.exact_codec if self.exact_iteration(i) else self.codec
@@ -344,7 +344,7 @@ class Agent:
         end = time.time()
         decode_s = time.perf_counter() - t1
         if self.gvq is not None and not compressed:
-            self._fit(aggregate, i)
+            self.gvq.learn(aggregate, i)
         exact = self.source.exact(i)
         err = None if exact is None else float(kernels.relative_error(aggregate, exact))
         learned = self.source.apply(i, aggregate)
@@ -359,23 +359,11 @@ class Agent:
                                codec, learned)
         return a
 
-    def _fit(self, aggregate: np.ndarray, i: int):
-        """An exact aggregate: keep the last ``gvq_fit_iterations`` of them, and once
-        there are that many, fit the bases to them (every worker alike)."""
-        self.fit_aggregates = (self.fit_aggregates + [aggregate])[-self.cfg.gvq_fit_iterations:]
-        if i + 1 >= self.cfg.gvq_fit_iterations:
-            self.gvq.fit(self.fit_aggregates)
-
     def _record_iteration(self, i: int, a: Aggregated, values, compressed: bool, end: float,
                           err: float | None, compress_s: float, decode_s: float,
                           codec: WorkerCodec, learned: dict):
         stats, rtts = a.stats, a.stats.rtts
-        gvq = {}
-        exact = self.source.exact(i)
-        if self.gvq is not None and self.gvq.fitted:
-            gvq = dict(gvq_projection_error=(None if exact is None else
-                                             self.gvq.projection_error(exact)),
-                       gvq_energy=self.gvq.energy)
+        gvq = {} if self.gvq is None else self.gvq.metrics(self.source.exact(i))
         self._emit(type="iteration", iteration=i, start=stats.first_send, end=end,
                    completion_s=end - stats.first_send, elements=self.elements,
                    values=len(values), compressed=compressed, chunks=len(a.scale),

@@ -4,7 +4,8 @@ to the job's lanes (by a named scale rule), error feedback, and the scales it pr
 ``WorkerCodec`` is shared by the agent (through the switch or the ring) and by the
 offline evaluation (``hosts/evaluate.py``), so both measure the same compression.
 
-* **Quantizers** (``--quantizer``, hosts/QUANTIZERS.md): ``maxpow2`` (the default,
+* **Quantizers** (``--quantizer``, hosts/QUANTIZERS.md; the registry ``QUANTIZERS``
+  of hosts/quantize.py): ``maxpow2`` (the default,
   SwitchML-compatible: a chunk's scale is the power of two at or above its largest
   value, the maximum over the workers), ``maxfine`` (the same in quarter octaves),
   ``qsgd`` (QSGD: the L2 norm of a bucket of ``bucket`` elements, shared as the
@@ -23,6 +24,8 @@ offline evaluation (``hosts/evaluate.py``), so both measure the same compression
   one step down where fewer than half that share did. Every worker learns the true
   maxima from the same results, so all workers adapt alike and keep using the same
   scales.
+* **Compressors** (``--compress``): the interface ``Compressor`` and the registry
+  ``COMPRESSORS`` (GradiVeQ, hosts/gradiveq.py).
 """
 
 from __future__ import annotations
@@ -31,10 +34,50 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..plugins import Registry
+from .gradiveq import GradiVeQCompressor
 from .lanes import LaneFormat
-from .quantize import SIGN_MEAN, Quantizer, ScaleRule, scale_rule
+from .quantize import QUANTIZERS, SIGN_MEAN, Quantizer, ScaleRule, scale_rule
 
-QUANTIZERS = ("maxpow2", "maxfine", "qsgd")
+
+class Compressor:
+    """The interface of a gradient compressor (``--compress NAME``), which runs before
+    quantization and after dequantization. It must be linear: the switch sums the
+    workers' compressed vectors, and that sum must be the compressed sum.
+
+    A compressor class is built per worker as ``cls(layers, d=, k=, fit=, refresh=)``
+    (``layers``: ``(name, size)`` of the gradient in order; the other options are the
+    ``--gvq-*`` values, which a compressor may ignore: accept ``**_``). Every worker of
+    a job must make the same choices from the same data, with no communication.
+    """
+
+    #: whether ``learn`` has had what it needs, so ``compress`` works
+    fitted: bool = False
+
+    def exact(self, i: int) -> bool:
+        """Whether iteration ``i`` is aggregated uncompressed at 32 bits (to fit)."""
+        raise NotImplementedError
+
+    def compress(self, gradient: np.ndarray) -> np.ndarray:
+        """The float32 values a worker quantizes and sends instead of ``gradient``."""
+        raise NotImplementedError
+
+    def decompress(self, values: np.ndarray) -> np.ndarray:
+        """The summed gradient from the summed compressed ``values``."""
+        raise NotImplementedError
+
+    def learn(self, aggregate: np.ndarray, i: int) -> None:
+        """The exact aggregate of iteration ``i`` (one that ``exact`` chose)."""
+        raise NotImplementedError
+
+    def metrics(self, exact_sum: np.ndarray | None) -> dict:
+        """Fields of this iteration's record (``exact_sum``: the exact fp32 sum, if known)."""
+        return {}
+
+
+#: Compressors by name: the choices of ``--compress`` besides ``none``.
+COMPRESSORS: Registry = Registry("compressor", "qaina_bench.compressors")
+COMPRESSORS.add("gradiveq", GradiVeQCompressor)
 
 
 
@@ -67,9 +110,6 @@ class WorkerCodec:
     """One worker's quantizer, residual and headroom (see the module docstring)."""
 
     def __init__(self, cfg: CodecConfig, rng: np.random.Generator, chunk_words: int):
-        if cfg.quantizer not in QUANTIZERS:
-            raise ValueError(f"unknown quantizer {cfg.quantizer!r}: use "
-                             f"{', '.join(QUANTIZERS)}")
         self.cfg = cfg
         self.fmt = LaneFormat(cfg.bits, cfg.workers, cfg.packed)
         self.chunk_elems = chunk_words * self.fmt.lanes
@@ -128,7 +168,7 @@ class WorkerCodec:
     def clipped(self, values: np.ndarray, codes: np.ndarray) -> int:
         """How many of ``values`` (whole chunks from the first) lay beyond their chunk's
         scale ``codes``: clipped to it. Signs are scaled below the values by design."""
-        if self.rule.statistic == "meanabs":
+        if not self.rule.bounds:
             return 0
         limit = np.repeat(self.rule.factors(codes), self.chunk_elems)[:len(values)]
         return int(np.count_nonzero(np.abs(values) > limit))

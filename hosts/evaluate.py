@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..p4.header import QAINA_WORDS
-from .compression import CodecConfig, WorkerCodec
-from .gradiveq import GradiVeQSchedule, LayeredGradiVeQ
+from .compression import COMPRESSORS, CodecConfig, WorkerCodec
 
 
 @dataclass
@@ -71,14 +70,13 @@ class Aggregation:
                           scheme.error_feedback, scheme.headroom)
         self.codecs = [WorkerCodec(cfg, np.random.default_rng([seed, k]), QAINA_WORDS)
                        for k in range(workers)]
-        self.gvq = self.schedule = None
+        self.gvq = None  # the compressor, as the agents look it up
         if scheme.gradiveq:
-            self.gvq = LayeredGradiVeQ(layers, scheme.gvq_d, scheme.gvq_k)
-            self.schedule = GradiVeQSchedule(scheme.gvq_fit, scheme.gvq_refresh)
+            self.gvq = COMPRESSORS.get("gradiveq")(layers, d=scheme.gvq_d, k=scheme.gvq_k,
+                                                   fit=scheme.gvq_fit, refresh=scheme.gvq_refresh)
             exact = CodecConfig(32, workers)
             self.exact_codecs = [WorkerCodec(exact, np.random.default_rng([seed, k, 32]),
                                              QAINA_WORDS) for k in range(workers)]
-        self.fit_window: list[np.ndarray] = []
         self.predicted: np.ndarray | None = None
         self.iteration = 0
 
@@ -86,7 +84,7 @@ class Aggregation:
         """Aggregate one iteration's gradients (one per worker)."""
         i = self.iteration
         self.iteration += 1
-        exact_now = self.schedule is not None and self.schedule.exact(i)
+        exact_now = self.gvq is not None and self.gvq.exact(i)
         codecs = self.exact_codecs if exact_now else self.codecs
         compressed = self.gvq is not None and not exact_now
         vectors = [self.gvq.compress(g) if compressed else np.asarray(g, np.float32)
@@ -104,7 +102,7 @@ class Aggregation:
             step.exact_scales_total = (total if exact_now else
                                        self._sum(codecs, values, true, book=False))
         short = int(np.count_nonzero(true[:P] > scale[:P]))
-        next_exact = self.schedule is not None and self.schedule.exact(i + 1)
+        next_exact = self.gvq is not None and self.gvq.exact(i + 1)
         self.predicted = (codecs[0].predict(true[:P], int(true.max()), short)
                           if next_exact == exact_now else None)
         for c in codecs[1:]:  # every worker adapts its headroom alike
@@ -114,11 +112,10 @@ class Aggregation:
             if step.exact_scales_total is not None:
                 step.exact_scales_total = self.gvq.decompress(step.exact_scales_total)
         elif self.gvq is not None:
-            self.fit_window = (self.fit_window + [step.total])[-self.scheme.gvq_fit:]
-            if i + 1 >= self.scheme.gvq_fit:
-                self.gvq.fit(self.fit_window)
+            self.gvq.learn(step.total, i)
         if self.gvq is not None and self.gvq.fitted:
-            step.projection_error = self.gvq.projection_error(np.sum(gradients, axis=0))
+            step.projection_error = self.gvq.metrics(
+                np.sum(gradients, axis=0))["gvq_projection_error"]
         return step
 
     @staticmethod

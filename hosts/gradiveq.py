@@ -226,3 +226,42 @@ class GradiVeQSchedule:
         if i < self.fit:
             return True
         return self.refresh > 0 and (i - self.fit) % (self.refresh + 1) == self.refresh
+
+
+class GradiVeQCompressor:
+    """GradiVeQ as a job's compressor (``--compress gradiveq``, the interface in
+    hosts/compression.py): per-layer bases, exact iterations by ``GradiVeQSchedule``,
+    fitted on the last ``fit`` exact aggregates."""
+
+    def __init__(self, layers, d: int = 64, k: int = 8, fit: int = 1, refresh: int = 0, **_):
+        self.layered = LayeredGradiVeQ(layers, d, k)
+        self.schedule = GradiVeQSchedule(fit, refresh)
+        self.window: list[np.ndarray] = []  # the exact aggregates the bases fit
+
+    @property
+    def fitted(self) -> bool:
+        return self.layered.fitted
+
+    def exact(self, i: int) -> bool:
+        return self.schedule.exact(i)
+
+    def compress(self, gradient: np.ndarray) -> np.ndarray:
+        return self.layered.compress(gradient)
+
+    def decompress(self, values: np.ndarray) -> np.ndarray:
+        return self.layered.decompress(values)
+
+    def learn(self, aggregate: np.ndarray, i: int) -> None:
+        """Keep the last ``fit`` exact aggregates; once there are that many, fit."""
+        self.window = (self.window + [aggregate])[-self.schedule.fit:]
+        if i + 1 >= self.schedule.fit:
+            self.layered.fit(self.window)
+
+    def metrics(self, exact_sum: np.ndarray | None) -> dict:
+        """What the bases cannot express of the exact sum, and the fit data's energy
+        they keep (once fitted)."""
+        if not self.fitted:
+            return {}
+        return dict(gvq_projection_error=(None if exact_sum is None else
+                                          self.layered.projection_error(exact_sum)),
+                    gvq_energy=self.layered.energy)

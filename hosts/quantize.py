@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..plugins import Registry
 from .lanes import WORD_BITS, LaneFormat
 
 _NO_LEVELS = np.zeros(0, dtype=np.int32)
@@ -64,7 +65,7 @@ def chunk_exponents(grad: np.ndarray, chunk_elems: int) -> np.ndarray:
     return MAXPOW2.codes(grad, chunk_elems)
 
 
-def _per_chunk(values: np.ndarray, chunk_elems: int, reduce, dtype) -> np.ndarray:
+def per_chunk(values: np.ndarray, chunk_elems: int, reduce, dtype) -> np.ndarray:
     """``reduce(rows, axis=1)`` of the chunks of ``values`` (the last may be short)."""
     chunks = chunk_count(len(values), chunk_elems)
     out = np.empty(chunks, dtype=dtype)
@@ -77,45 +78,53 @@ def _per_chunk(values: np.ndarray, chunk_elems: int, reduce, dtype) -> np.ndarra
 
 
 class ScaleRule:
-    """How a chunk's scale is chosen, and coded in the packet's 8-bit ``exp`` field.
+    """A quantizer: how a chunk's scale is chosen and coded in the packet's 8-bit
+    ``exp`` field. This is the whole interface a new quantizer implements
+    (docs/extending.md); the rest (levels, lanes, packing) is the job's lane format.
 
-    ``statistic`` of the chunk's values (``max``: max|g|; ``l2``: the L2 norm of the
-    chunk's bucket, ``bucket_chunks`` chunks sharing one; ``meanabs``: mean|g|) is
-    rounded up to a code ``c`` with ``statistic <= 2**(c / steps)``; the scale is
-    ``2**(c / steps)``. Codes are monotone in the scale, so the maximum over the
-    workers (what the switch keeps) is the largest scale, which every worker then
-    uses. ``steps`` = 1 gives powers of two (exponents); 4 quarter octaves, at most
-    19% above the statistic instead of 100%, for scales 2**-32 .. 2**31.75.
+    * ``measure(g, chunk_elems)``: one non-negative statistic per chunk of the
+      flattened ``g`` (the last chunk may be short), e.g. max|g|;
+    * ``steps``: code steps per octave; a chunk's code ``c`` is the smallest with
+      ``statistic <= 2**(c / steps)``, its scale ``2**(c / steps)``;
+    * ``bounds``: whether the scale bounds every value of the chunk (values beyond a
+      scale are clipped and counted; False for a rule that scales below them by design);
+    * ``for_chunks(chunk_elems, bucket)``: the rule for a job's chunk size (a rule whose
+      statistic spans several chunks, like QSGD's bucket norm, sizes itself here).
+
+    How workers agree: codes are monotone in the scale, the switch keeps the maximum
+    of the codes the workers send for a slot, and every worker then uses that, the
+    largest scale. ``steps`` = 1 gives powers of two; 4 quarter octaves, at most 19%
+    above the statistic instead of 100%, for scales 2**-32 .. 2**31.75. Register an
+    instance in ``QUANTIZERS`` (or through the ``qaina_bench.quantizers`` entry points).
     """
 
-    def __init__(self, name: str, statistic: str, steps: int = 1, bucket_chunks: int = 1):
-        if statistic not in ("max", "l2", "meanabs"):
-            raise ValueError(f"unknown statistic {statistic!r}")
-        self.name, self.statistic = name, statistic
-        self.steps, self.bucket_chunks = int(steps), int(bucket_chunks)
+    bounds = True
+
+    def __init__(self, name: str, steps: int = 1):
+        self.name, self.steps = name, int(steps)
+        if self.steps < 1:
+            raise ValueError(f"quantizer {name}: steps must be at least 1, not {steps}")
         # An all-zero chunk gets the smallest code: EXP_MIN octaves, or the int8 range.
         self.code_min = max(-128, EXP_MIN * self.steps)
         self.code_max = min(127, EXP_MAX * self.steps)
 
     def __repr__(self):
-        return f"ScaleRule({self.name})"
+        return f"{type(self).__name__}({self.name})"
+
+    def measure(self, g: np.ndarray, chunk_elems: int) -> np.ndarray:
+        """The statistic of every chunk of the flattened ``g``; subclasses say which."""
+        raise NotImplementedError
+
+    def for_chunks(self, chunk_elems: int, bucket: int = 512) -> "ScaleRule":
+        """This rule for chunks of ``chunk_elems`` values (``bucket``: ``--bucket``)."""
+        return self
 
     def statistics(self, values: np.ndarray, chunk_elems: int) -> np.ndarray:
-        """The statistic of every chunk."""
+        """The statistic of every chunk (ValueError for a non-finite one)."""
         g = np.asarray(values).reshape(-1)
         if chunk_elems <= 0:
             raise ValueError(f"chunk_elems must be positive, not {chunk_elems}")
-        if self.statistic == "max":
-            stat = _per_chunk(np.abs(g), chunk_elems, np.max,
-                              g.dtype if g.dtype.kind == "f" else np.float64)
-        elif self.statistic == "meanabs":
-            stat = _per_chunk(np.abs(g), chunk_elems, np.mean, np.float64)
-        else:  # l2 over buckets of bucket_chunks chunks, each chunk gets its bucket's
-            squares = _per_chunk(g.astype(np.float64) ** 2, chunk_elems, np.sum, np.float64)
-            chunks, per = len(squares), self.bucket_chunks
-            padded = np.zeros(-(-chunks // per) * per)
-            padded[:chunks] = squares
-            stat = np.repeat(np.sqrt(padded.reshape(-1, per).sum(axis=1)), per)[:chunks]
+        stat = self.measure(g, chunk_elems)
         if not np.isfinite(stat).all():
             raise ValueError("gradient holds a non-finite value (inf or nan)")
         return stat
@@ -143,21 +152,65 @@ class ScaleRule:
         return np.exp2(codes / self.steps)
 
 
-#: The scale rules by name (``--quantizer``); see hosts/QUANTIZERS.md.
-MAXPOW2 = ScaleRule("maxpow2", "max")
-MAXFINE = ScaleRule("maxfine", "max", steps=4)
-SIGN_MEAN = ScaleRule("signmean", "meanabs")
+class MaxRule(ScaleRule):
+    """max|g| of the chunk: its scale bounds every value (``maxpow2``, ``maxfine``)."""
+
+    def measure(self, g, chunk_elems):
+        return per_chunk(np.abs(g), chunk_elems, np.max,
+                         g.dtype if g.dtype.kind == "f" else np.float64)
+
+
+class BucketNormRule(ScaleRule):
+    """QSGD: the L2 norm of a bucket of ``bucket_chunks`` chunks, which every chunk of
+    the bucket gets."""
+
+    def __init__(self, name: str, bucket_chunks: int = 1, steps: int = 1):
+        super().__init__(name, steps)
+        self.bucket_chunks = int(bucket_chunks)
+
+    def for_chunks(self, chunk_elems, bucket=512):
+        return BucketNormRule(self.name, max(1, round(bucket / chunk_elems)), self.steps)
+
+    def measure(self, g, chunk_elems):
+        squares = per_chunk(g.astype(np.float64) ** 2, chunk_elems, np.sum, np.float64)
+        chunks, per = len(squares), self.bucket_chunks
+        padded = np.zeros(-(-chunks // per) * per)
+        padded[:chunks] = squares
+        return np.repeat(np.sqrt(padded.reshape(-1, per).sum(axis=1)), per)[:chunks]
+
+
+class MeanAbsRule(ScaleRule):
+    """mean|g|: the scale of b = 1's signs, below most values by design."""
+
+    bounds = False
+
+    def measure(self, g, chunk_elems):
+        return per_chunk(np.abs(g), chunk_elems, np.mean, np.float64)
+
+
+#: The built-in rules (``--quantizer``); see hosts/QUANTIZERS.md.
+MAXPOW2 = MaxRule("maxpow2")
+MAXFINE = MaxRule("maxfine", steps=4)
+QSGD = BucketNormRule("qsgd")
+#: b = 1 always scales its signs by this rule, whatever ``--quantizer`` says, so it is
+#: not one of the choices.
+SIGN_MEAN = MeanAbsRule("signmean")
+
+#: Every quantizer by name: the choices of ``--quantizer``.
+QUANTIZERS: Registry = Registry("quantizer", "qaina_bench.quantizers")
+for _rule in (MAXPOW2, MAXFINE, QSGD):
+    QUANTIZERS.add(_rule.name, _rule)
 
 
 def scale_rule(name: str, chunk_elems: int, bucket: int = 512) -> ScaleRule:
-    """The rule called ``name``; ``qsgd`` groups ``bucket`` elements (rounded to whole
-    chunks) under one L2 norm."""
-    if name == "qsgd":
-        return ScaleRule("qsgd", "l2", bucket_chunks=max(1, round(bucket / chunk_elems)))
-    rules = {r.name: r for r in (MAXPOW2, MAXFINE, SIGN_MEAN)}
-    if name not in rules:
-        raise ValueError(f"unknown quantizer {name!r}: use maxpow2, maxfine or qsgd")
-    return rules[name]
+    """The rule ``name`` registers, for chunks of ``chunk_elems`` values (``qsgd`` groups
+    ``bucket`` elements, rounded to whole chunks, under one L2 norm). ValueError (one
+    line, naming the choices) for an unknown name or a plugin that is not a rule."""
+    rule = QUANTIZERS.get(name)
+    if not isinstance(rule, ScaleRule):
+        raise ValueError(f"quantizer {name!r} ({QUANTIZERS.origin(name)}) is a "
+                         f"{type(rule).__name__}, not a ScaleRule instance")
+    return rule.for_chunks(chunk_elems, bucket)
 
 
 def agree_exponents(*worker_exps: np.ndarray) -> np.ndarray:

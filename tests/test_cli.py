@@ -20,7 +20,7 @@ def run_cli(*args):
 
 @pytest.mark.smoke
 @pytest.mark.parametrize("args, fragment", [
-    (["up", "--topo", "torus"], "Invalid value for '--topo'"),
+    (["up", "--topo", "torus"], "unknown topology 'torus': use one of star"),
     (["up", "--bits", "9"], "--bits 9 is not supported: use 1..8 or 32"),
     (["up", "--bits", "four"], "is not a bit width"),
     (["up", "--workers", "33"], "a job has 1..32 workers"),

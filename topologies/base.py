@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from mininet.topo import Topo
 
+from .params import Param
+
 
 @dataclass(frozen=True)
 class LinkParams:
@@ -31,9 +33,14 @@ def host_mac(i: int) -> str:
 
 class QainaTopo(Topo):
     """Base class: ``addWorker`` adds host ``h<i>``, ``addSwitch`` gives every switch
-    the next P4Runtime device id (from 1); ``aggregator`` is set by subclasses."""
+    the next P4Runtime device id (from 1); ``aggregator`` is set by subclasses.
+
+    A subclass declares its own parameters once in ``params``; ``build`` gets them as
+    keyword arguments, next to ``hosts`` (how many hosts the run needs) and ``link``
+    (every link's TCLink parameters)."""
 
     aggregator = "s1"
+    params: tuple[Param, ...] = ()
 
     def build(self, hosts: int = 4, link: LinkParams = LinkParams(), **_):
         raise NotImplementedError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import LinkParams, QainaTopo
+from .params import Param
 
 
 class LeafSpineTopo(QainaTopo):
@@ -10,6 +11,9 @@ class LeafSpineTopo(QainaTopo):
     leaves in turn (``h1`` on ``lf1``, ``h2`` on ``lf2``, ...). Spine ``sp1``
     aggregates every job: each contribution crosses leaf and spine, each result comes
     back down, and all other traffic takes a shortest path."""
+
+    params = (Param("spines", int, 2, "spine switches", low=1),
+              Param("leaves", int, 2, "leaf switches", low=1))
 
     def build(self, hosts: int = 4, link: LinkParams = LinkParams(), spines: int = 2,
               leaves: int = 2, **_):
