@@ -17,7 +17,6 @@ import csv
 import json
 import platform
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -255,7 +254,7 @@ def fidelity(job: dict, rows: list[dict], series: dict, cfg, meta: dict) -> dict
     processes = [p["name"] for p in meta.get("processes", [])
                  if p.get("job") in (None, job["job_id"])]
     return job_fidelity(job["job_id"], set(job.get("hosts", [])), rows, series,
-                        meta.get("interfaces", {}), cfg.bw, processes)
+                        meta.get("interfaces", {}), cfg.network.bw, processes)
 
 
 def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict:
@@ -279,37 +278,39 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
     for job in meta["jobs"]:
         warmups = [r for a in agents if a["job"] == job["job_id"] for r in a["records"]
                    if r.get("type") == "warmup"]
-        aggregator = meta.get("aggregator") if cfg.mode == "ina" else None
+        aggregator = meta.get("aggregator") if cfg.workload.mode == "ina" else None
         jobs.append(job_summary(job, rows, slot_samples, aggregator, warmups,
-                                cfg.target_accuracy))
+                                cfg.training.target_accuracy))
         jobs[-1]["fidelity"] = fidelity(jobs[-1], rows, by_kind, cfg, meta)
     errors = [r.get("message") for a in agents for r in a["records"] if r.get("type") == "error"]
-    config = asdict(cfg)
+    config = cfg.to_dict()
     summary = {
         "run_id": meta["run_id"],
         "status": meta["status"],
         "complete": meta["status"] == "complete",
-        "target": cfg.target,
-        "switch_program": meta.get("switch_program", {"target": cfg.target}),
-        "topology": cfg.topo,
+        "target": cfg.network.target,
+        "switch_program": meta.get("switch_program", {"target": cfg.network.target}),
+        "topology": cfg.network.topo,
         "aggregator": meta.get("aggregator"),
-        "jobs_count": cfg.jobs,
-        "workers": cfg.workers,
+        "jobs_count": cfg.workload.jobs,
+        "workers": cfg.workload.workers,
         "bits": cfg.job_bits(),
-        "iterations": cfg.iterations,
-        "trace": None if cfg.train else cfg.trace,
-        "train": {"model": cfg.model, "lr": cfg.lr, "batch_size": cfg.batch_size}
-        if cfg.train else None,
-        "compress": cfg.compress,
-        "quantizer": "signmean" if cfg.job_bits() == [1] * cfg.jobs else cfg.quantizer,
-        "error_feedback": cfg.error_feedback,
-        "mode": cfg.mode,
-        "levels": cfg.levels,
-        "allocation": cfg.allocation if cfg.mode == "ina" else None,
-        "payload_words": cfg.payload_words,
-        "packed": cfg.pack,
-        "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},
-        "host_cpu": cfg.host_cpu,
+        "iterations": cfg.workload.iterations,
+        "trace": None if cfg.training.train else cfg.training.trace,
+        "train": ({"model": cfg.training.model, "lr": cfg.training.lr,
+                   "batch_size": cfg.training.batch_size} if cfg.training.train else None),
+        "compress": cfg.compression.compress,
+        "quantizer": ("signmean" if cfg.job_bits() == [1] * cfg.workload.jobs
+                      else cfg.compression.quantizer),
+        "error_feedback": cfg.compression.error_feedback,
+        "mode": cfg.workload.mode,
+        "levels": cfg.network.levels,
+        "allocation": cfg.workload.allocation if cfg.workload.mode == "ina" else None,
+        "payload_words": cfg.network.payload_words,
+        "packed": cfg.compression.pack,
+        "links": {"bw_mbit": cfg.network.bw, "delay": cfg.network.delay,
+                  "loss_percent": cfg.network.loss},
+        "host_cpu": cfg.network.host_cpu,
         "startup_to_first_send_s": (first_send - meta["events"]["invoked"]
                                     if first_send else None),
         # first packet of any agent (warm-up included) to the last iteration done

@@ -29,19 +29,20 @@ import json
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
 
 from ..hosts.lanes import LaneFormat
-from .config import RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing, _typed
+from ..settings import SECTION_OF, SECTIONS, split
+from .config import RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing
 
 SPEC_KEYS = {"name", "description", "base", "grid", "repeats", "window_elements", "traces",
              "plot", "quick"}
 #: options the sweep sets itself
 RESERVED = {"results_dir", "run_id"}
-OPTIONS = {f.name for f in fields(RunConfig)} - RESERVED
+OPTIONS = set(SECTION_OF) - RESERVED
 MAX_RUNS = 10_000  # runs of one sweep
 TRACE_KEYS = {"name", "model", "hidden", "workers", "iterations", "dtype", "seed", "width",
               "lr", "batch_size"}
@@ -116,7 +117,7 @@ class Spec:
                    traces=_traces(data.get("traces"), where),
                    plot=_mapping(data.get("plot", {}), f"{where}: plot"),
                    description=str(data.get("description", "")), path=where)
-        _options(spec.base, f"{where}: base")
+        _options(spec.base, f"{where}: base", nested=True)
         return spec
 
     def to_yaml(self) -> str:
@@ -141,15 +142,15 @@ class Spec:
 
     def config(self, point: Point, sweep_dir: Path, repeat: int) -> RunConfig:
         """The run configuration of ``point``'s ``repeat``-th run (ConfigError if bad)."""
-        opts = {**self.base, **point.options}
         where = f"point {point.index} ({point.describe()})"
-        cfg_opts = {k: _typed(k, v, where) for k, v in opts.items()}
-        cfg = RunConfig(**cfg_opts, results_dir=str(sweep_dir / "runs"),
-                        run_id=run_id(self, point, repeat))
-        if self.window_elements is not None and "slots" not in opts:
-            cfg.slots = slots_for(self.window_elements, cfg)
+        cfg = RunConfig.from_dict(self.base, where).with_overrides(
+            {**point.options, "results_dir": str(sweep_dir / "runs"),
+             "run_id": run_id(self, point, repeat)}, where)
+        given = "slots" in point.options or "slots" in split(self.base, where).get("workload", {})
+        if self.window_elements is not None and not given:
+            cfg.workload.slots = slots_for(self.window_elements, cfg)
         if "seed" not in point.options:  # repeats differ in the agents' random streams
-            cfg.seed += repeat - 1
+            cfg.workload.seed += repeat - 1
         return cfg
 
 
@@ -185,8 +186,13 @@ def _whole(value, where: str, low: int, high: int) -> int:
     return value
 
 
-def _options(opts: dict, where: str):
-    unknown = sorted(str(k) for k in set(opts) - OPTIONS)
+def _options(opts: dict, where: str, nested: bool = False):
+    """SweepError for a key that is not a run option (``nested``: a section of them,
+    such as ``network: {topo: star}``, may stand for its options)."""
+    keys = set()
+    for key, value in opts.items():
+        keys |= set(value) if nested and key in SECTIONS and isinstance(value, dict) else {key}
+    unknown = sorted(str(k) for k in keys - OPTIONS)
     if unknown:
         hint = " (the sweep sets results_dir and run_id)" if set(unknown) & RESERVED else ""
         raise SweepError(f"{where}: unknown run option(s) {', '.join(unknown)}{hint}; "
@@ -249,8 +255,8 @@ def trace_names(spec: "Spec") -> set[str]:
 def slots_for(elements: int, cfg: RunConfig) -> int:
     """Slots a job of ``cfg`` needs to keep ``elements`` values in flight: one slot
     carries payload words x lanes values (the widest format of the run's jobs)."""
-    per_slot = min(cfg.payload_words * LaneFormat(b, cfg.workers, cfg.pack).lanes
-                   for b in cfg.job_bits())
+    fmt = [LaneFormat(b, cfg.workload.workers, cfg.compression.pack) for b in cfg.job_bits()]
+    per_slot = min(cfg.network.payload_words * f.lanes for f in fmt)
     return max(1, math.ceil(elements / per_slot))
 
 
@@ -260,7 +266,7 @@ def run_id(spec: Spec, point: Point, repeat: int) -> str:
 
 def comparable(cfg: RunConfig) -> dict:
     """What must match for a stored run to count as this point's."""
-    out = asdict(cfg)
+    out = cfg.flat_dict()
     out.pop("results_dir")
     out.pop("trace_dirs")
     return out
@@ -284,7 +290,7 @@ class Task:
 
     @property
     def directory(self) -> Path | None:
-        return Path(self.cfg.results_dir) / self.cfg.run_id if self.cfg else None
+        return Path(self.cfg.output.results_dir) / self.cfg.output.run_id if self.cfg else None
 
 
 def plan(spec: Spec, sweep_dir: Path) -> list[Task]:
@@ -306,7 +312,7 @@ def plan(spec: Spec, sweep_dir: Path) -> list[Task]:
                 tasks.append(Task(point, repeat, None, str(exc)))
                 continue
             except TraceMissing as exc:
-                if cfg.trace not in recorded:
+                if cfg.training.trace not in recorded:
                     raise SweepError(f"{spec.path}: point {point.index} "
                                      f"({point.describe()}): {exc}") from None
             except ConfigError as exc:
