@@ -88,23 +88,43 @@ def execute(cfg: RunConfig, hold: bool = False) -> dict:
 @click.option("--hold", is_flag=True,
               help="keep the network and switches up after the jobs until Ctrl-C (then "
               "tear down and summarise as usual), to look at them with `qaina-bench shell`")
+@click.option("--dry-run", is_flag=True,
+              help="check the configuration, print it (YAML, as the run would save it) and "
+              "stop")
 @click.pass_context
-def up(ctx, config_path, hold, **opts):
+def up(ctx, config_path, hold, dry_run, **opts):
     """Build the network, run the jobs, measure, tear down, summarise."""
     base = _load(config_path) if config_path else RunConfig()
-    execute(config_from(ctx, opts, base), hold=hold)
+    cfg = config_from(ctx, opts, base)
+    if dry_run:
+        return show(cfg)
+    execute(cfg, hold=hold)
 
 
 @main.command(cls=SectionedCommand)
 @click.argument("config", type=click.Path())
 @tree_options
+@click.option("--dry-run", is_flag=True,
+              help="check the configuration, print it (YAML) and stop")
 @click.pass_context
-def run(ctx, config, **opts):
+def run(ctx, config, dry_run, **opts):
     """Run the configuration in CONFIG.yaml (e.g. a saved results/<run>/config.yaml);
     options given here override it (a new --run-id unless given)."""
     cfg = _load(config)
     cfg.output.run_id = None
-    execute(config_from(ctx, opts, cfg))
+    cfg = config_from(ctx, opts, cfg)
+    if dry_run:
+        return show(cfg)
+    execute(cfg)
+
+
+def show(cfg: RunConfig):
+    """Check ``cfg`` (one line if it cannot work) and print it as YAML."""
+    try:
+        cfg.check()
+    except ConfigError as exc:
+        _fail(exc)
+    click.echo(cfg.to_yaml().rstrip("\n"))
 
 
 def _load(path) -> RunConfig:

@@ -3,7 +3,8 @@
 A sweep spec (YAML, see ``experiments/README.md``) holds:
 
 ``name``            the sweep's name (letters, digits, ``.``, ``_``, ``-``)
-``base``            run options every point shares (``qaina-bench up``'s, as in a config.yaml)
+``base``            run options every point shares (``qaina-bench up``'s, flat or by section
+                    as in a config.yaml)
 ``grid``            axes to cross, in order: a run option with its list of values, or a
                     named axis whose values are mappings ``{label: ..., option: value}``
 ``repeats``         runs of every point (the plots show their mean and spread); the
@@ -35,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from ..hosts.lanes import LaneFormat
-from ..settings import SECTION_OF, SECTIONS, split
+from ..settings import SECTION_OF, SECTIONS
 from .config import RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing
 
 SPEC_KEYS = {"name", "description", "base", "grid", "repeats", "window_elements", "traces",
@@ -109,7 +110,8 @@ class Spec:
         if not isinstance(name, str) or not RUN_ID.fullmatch(name) or len(name) > 60:
             raise SweepError(f"{where}: name must be a short name (letters, digits, '.', '_', "
                              f"'-'), got {name!r}")
-        spec = cls(name=name, base=_mapping(data.get("base", {}), f"{where}: base"),
+        base = flatten(_mapping(data.get("base", {}), f"{where}: base"), f"{where}: base")
+        spec = cls(name=name, base=base,
                    grid=_grid(data.get("grid"), where),
                    repeats=_whole(data.get("repeats", 1), f"{where}: repeats", 1, 100),
                    window_elements=(None if data.get("window_elements") is None else _whole(
@@ -117,7 +119,7 @@ class Spec:
                    traces=_traces(data.get("traces"), where),
                    plot=_mapping(data.get("plot", {}), f"{where}: plot"),
                    description=str(data.get("description", "")), path=where)
-        _options(spec.base, f"{where}: base", nested=True)
+        _options(spec.base, f"{where}: base")
         return spec
 
     def to_yaml(self) -> str:
@@ -146,8 +148,7 @@ class Spec:
         cfg = RunConfig.from_dict(self.base, where).with_overrides(
             {**point.options, "results_dir": str(sweep_dir / "runs"),
              "run_id": run_id(self, point, repeat)}, where)
-        given = "slots" in point.options or "slots" in split(self.base, where).get("workload", {})
-        if self.window_elements is not None and not given:
+        if self.window_elements is not None and "slots" not in {**self.base, **point.options}:
             cfg.workload.slots = slots_for(self.window_elements, cfg)
         if "seed" not in point.options:  # repeats differ in the agents' random streams
             cfg.workload.seed += repeat - 1
@@ -166,7 +167,10 @@ def _apply_quick(data: dict, where: str) -> dict:
     out = dict(data)
     for key, value in quick.items():
         if key in ("base", "grid") and isinstance(value, dict):
-            out[key] = {**(data.get(key) or {}), **value}
+            old = data.get(key) or {}
+            out[key] = ({**flatten(_mapping(old, f"{where}: base"), where),
+                         **flatten(value, f"{where}: quick")}
+                        if key == "base" else {**old, **value})
         else:
             out[key] = value
     return out
@@ -186,13 +190,21 @@ def _whole(value, where: str, low: int, high: int) -> int:
     return value
 
 
-def _options(opts: dict, where: str, nested: bool = False):
-    """SweepError for a key that is not a run option (``nested``: a section of them,
-    such as ``network: {topo: star}``, may stand for its options)."""
-    keys = set()
+def flatten(opts: dict, where: str) -> dict:
+    """Run options by name: a section of the tree (``network: {topo: star}``) stands
+    for its options; SweepError for an option given twice."""
+    out: dict = {}
     for key, value in opts.items():
-        keys |= set(value) if nested and key in SECTIONS and isinstance(value, dict) else {key}
-    unknown = sorted(str(k) for k in keys - OPTIONS)
+        part = value if key in SECTIONS and isinstance(value, dict) else {key: value}
+        twice = sorted(str(k) for k in set(part) & set(out))
+        if twice:
+            raise SweepError(f"{where}: {', '.join(twice)} given twice")
+        out.update(part)
+    return out
+
+
+def _options(opts: dict, where: str):
+    unknown = sorted(str(k) for k in set(opts) - OPTIONS)
     if unknown:
         hint = " (the sweep sets results_dir and run_id)" if set(unknown) & RESERVED else ""
         raise SweepError(f"{where}: unknown run option(s) {', '.join(unknown)}{hint}; "
