@@ -194,3 +194,14 @@ def test_hosts_do_not_import_the_harness():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_recorder_defaults_are_the_trees():
+    import inspect
+    from qaina_bench.hosts.recorder import RECIPES, record
+    defaults = {k: p.default for k, p in inspect.signature(record).parameters.items()}
+    t = RunConfig().training
+    assert (defaults["learning_rate"], list(defaults["hidden"]), defaults["batch_size"],
+            defaults["width"]) == (t.lr, t.hidden, t.batch_size, t.width)
+    # The recipes keep the learning rate their sets were recorded with.
+    assert all(r["learning_rate"] == 0.1 for r in RECIPES.values())
