@@ -1,7 +1,9 @@
 """The configuration of a run: what ``up`` options and ``run CONFIG.yaml`` set.
 
-``RunConfig.check`` turns every bad input into one ``ConfigError`` line saying what is
-wrong and how to fix it; the resolved configuration is saved with the results.
+The tree itself (its sections, fields, defaults and types) is ``settings.py``, which
+the agents read too; ``RunConfig`` adds the checks that need the harness. Its
+``check`` turns every bad input into one ``ConfigError`` line saying what is wrong and
+how to fix it; the resolved configuration is saved with the results (nested).
 """
 
 from __future__ import annotations
