@@ -283,34 +283,32 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
                                 cfg.training.target_accuracy))
         jobs[-1]["fidelity"] = fidelity(jobs[-1], rows, by_kind, cfg, meta)
     errors = [r.get("message") for a in agents for r in a["records"] if r.get("type") == "error"]
-    config = cfg.to_dict()
+    net, work, comp, tr = cfg.network, cfg.workload, cfg.compression, cfg.training
     summary = {
         "run_id": meta["run_id"],
         "status": meta["status"],
         "complete": meta["status"] == "complete",
-        "target": cfg.network.target,
-        "switch_program": meta.get("switch_program", {"target": cfg.network.target}),
-        "topology": cfg.network.topo,
+        "target": net.target,
+        "switch_program": meta.get("switch_program", {"target": net.target}),
+        "topology": net.topo,
         "aggregator": meta.get("aggregator"),
-        "jobs_count": cfg.workload.jobs,
-        "workers": cfg.workload.workers,
+        "jobs_count": work.jobs,
+        "workers": work.workers,
         "bits": cfg.job_bits(),
-        "iterations": cfg.workload.iterations,
-        "trace": None if cfg.training.train else cfg.training.trace,
-        "train": ({"model": cfg.training.model, "lr": cfg.training.lr,
-                   "batch_size": cfg.training.batch_size} if cfg.training.train else None),
-        "compress": cfg.compression.compress,
-        "quantizer": ("signmean" if cfg.job_bits() == [1] * cfg.workload.jobs
-                      else cfg.compression.quantizer),
-        "error_feedback": cfg.compression.error_feedback,
-        "mode": cfg.workload.mode,
-        "levels": cfg.network.levels,
-        "allocation": cfg.workload.allocation if cfg.workload.mode == "ina" else None,
-        "payload_words": cfg.network.payload_words,
-        "packed": cfg.compression.pack,
-        "links": {"bw_mbit": cfg.network.bw, "delay": cfg.network.delay,
-                  "loss_percent": cfg.network.loss},
-        "host_cpu": cfg.network.host_cpu,
+        "iterations": work.iterations,
+        "trace": None if tr.train else tr.trace,
+        "train": {"model": tr.model, "lr": tr.lr, "batch_size": tr.batch_size}
+        if tr.train else None,
+        "compress": comp.compress,
+        "quantizer": "signmean" if cfg.job_bits() == [1] * work.jobs else comp.quantizer,
+        "error_feedback": comp.error_feedback,
+        "mode": work.mode,
+        "levels": net.levels,
+        "allocation": work.allocation if work.mode == "ina" else None,
+        "payload_words": net.payload_words,
+        "packed": comp.pack,
+        "links": {"bw_mbit": net.bw, "delay": net.delay, "loss_percent": net.loss},
+        "host_cpu": net.host_cpu,
         "startup_to_first_send_s": (first_send - meta["events"]["invoked"]
                                     if first_send else None),
         # first packet of any agent (warm-up included) to the last iteration done
@@ -331,7 +329,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "switch_ports": meta.get("switch_ports"),
         "validity": validity(rows, jobs, meta.get("cpu"), drops, meta.get("switch_ports")),
         "software": software_versions(),
-        "config": config,
+        "config": cfg.to_dict(),
         "written": time.time(),
     }
     (writer.dir / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -70,7 +70,7 @@ def check_exact_aggregates(directory: Path, summary: dict):
             scale = npz[0][f"scale_{i}"]
             words = summary.get("payload_words", 32)
             expected = scaled_sum(total, scale, fmt, words * fmt.lanes,
-                                  summary["config"].get("quantizer", "maxpow2"))
+                                  summary["config"]["compression"]["quantizer"])
             for w, z in enumerate(npz):
                 assert np.array_equal(z[f"sums_{i}"], total), \
                     f"job {job['job_id']} worker {w} iteration {i}: level sums differ"
@@ -220,7 +220,8 @@ def test_dumbbell_aggregates_across_the_bottleneck_and_reruns_from_its_config(tm
     again = RunConfig.from_yaml(directory / "config.yaml")
     again.output.run_id = "again"
     rerun = Run(again, echo=lambda *a, **k: None).execute()
-    assert rerun["complete"] and rerun["config"] == {**summary["config"], "run_id": "again"}
+    want = {**summary["config"], "output": {**summary["config"]["output"], "run_id": "again"}}
+    assert rerun["complete"] and rerun["config"] == want
 
 
 def test_leafspine_two_jobs_exact_and_slot_usage(tmp_path, target):
