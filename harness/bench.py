@@ -233,8 +233,9 @@ def testbed_bench(topo: str, bits: int, bw: float | None, iterations: int, workd
     """One ``up`` run; returns its summary."""
     from .config import RunConfig
     from .run import Run
-    cfg = RunConfig(topo=topo, jobs=jobs, workers=workers, bits=[bits], iterations=iterations,
-                    bw=bw, results_dir=str(workdir), mode=mode, **options)
+    cfg = RunConfig.flat(topo=topo, jobs=jobs, workers=workers, bits=[bits],
+                         iterations=iterations, bw=bw, results_dir=str(workdir), mode=mode,
+                         **options)
     return Run(cfg, echo=lambda *a, **k: None).execute()
 
 

@@ -10,32 +10,17 @@ from pathlib import Path
 
 import click
 
-from ..p4.header import PAYLOAD_WORDS
 from .config import ConfigError, RunConfig, check_system
 from .tables import columns_help, print_summary
-from .plugincli import COMPRESSORS, QUANTIZERS, RegistryChoice, plugins
+from .plugincli import QUANTIZERS, plugins
+from .options import IntList, SectionedCommand, config_from, tree_options
 
 DEFAULTS = RunConfig()
+TRAINING = DEFAULTS.training  # the one default of every training option
 
 
 def _fail(exc: Exception):
     raise click.ClickException(str(exc)) from None
-
-
-class IntList(click.ParamType):
-    """``4`` or ``4,32``: one whole number, or a comma-separated list of them."""
-
-    def __init__(self, what: str = "bit width", name: str = "BITS"):
-        self.what, self.name = what, name
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, list):
-            return value
-        try:
-            return [int(v) for v in str(value).split(",")]
-        except ValueError:
-            self.fail(f"{value!r} is not a {self.what} or a comma-separated list of them",
-                      param, ctx)
 
 
 def BitsType():
@@ -52,130 +37,18 @@ def main():
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-_RUN_OPTIONS = [
-    click.option("--topo", default=DEFAULTS.topo, show_default=True, metavar="NAME[,V|,P=V]..",
-                 help="topology[,parameters]: leafspine,2,4 or leafspine,leaves=4 (see plugins)"),
-    click.option("--target", type=click.Choice(["embedded", "bmv2"]),
-                 default=DEFAULTS.target, show_default=True, help="switch program"),
-    click.option("--jobs", type=int, default=DEFAULTS.jobs, show_default=True),
-    click.option("--workers", type=int, default=DEFAULTS.workers, show_default=True,
-                 help="workers per job"),
-    click.option("--bits", type=BitsType(), default="4", show_default=True,
-                 help="quantization bits (1..8 or 32), one for all jobs or one per job"),
-    click.option("--iterations", type=int, default=DEFAULTS.iterations, show_default=True),
-    click.option("--slots", type=int, default=DEFAULTS.slots, show_default=True,
-                 help="aggregator slots per job (the window)"),
-    click.option("--pool-slots", type=int, default=DEFAULTS.pool_slots, show_default=True,
-                 help="slots of the switch's pool the jobs share (a smaller switch)"),
-    click.option("--levels", type=click.IntRange(1, 2), default=DEFAULTS.levels,
-                 show_default=True, help="2: every worker's own switch (a leaf) sums the "
-                 "workers below it and sends one partial sum per chunk to the aggregator"),
-    click.option("--allocation", type=click.Choice(["static", "shared"]),
-                 default=DEFAULTS.allocation, show_default=True,
-                 help="static: each job holds its own --slots of the pool; shared: every "
-                 "job hashes its chunks onto the whole --pool-slots, and a chunk whose slot "
-                 "another job holds is summed on the job's fallback host (ATP)"),
-    click.option("--arrivals", metavar="TIMES|poisson:GAP",
-                 help="jobs arrive over time and leave when done: seconds after the start, "
-                 "one per job (0,0.5,1), or poisson:GAP (mean gap in s, from --seed); a "
-                 "job waits until its slots are free"),
-    click.option("--trace", default=DEFAULTS.trace, show_default=True,
-                 help="gradient trace set (see `traces list`)"),
-    click.option("--trace-dir", "trace_dirs", multiple=True, type=click.Path(),
-                 help="also look for trace sets here (before the bundled ones)"),
-    click.option("--bw", type=float, help="link bandwidth, Mbit/s"),
-    click.option("--delay", help="link delay, e.g. 0.5ms"),
-    click.option("--loss", type=float, help="link loss, percent"),
-    click.option("--spines", type=int, default=DEFAULTS.spines, help="alias: leafspine,spines=N"),
-    click.option("--leaves", type=int, default=DEFAULTS.leaves, help="alias: leafspine,leaves=N"),
-    click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True),
-    click.option("--results-dir", type=click.Path(), default=DEFAULTS.results_dir,
-                 show_default=True),
-    click.option("--run-id", help="name of the result set (default: time and setup)"),
-    click.option("--timeout", type=float, default=DEFAULTS.timeout, show_default=True,
-                 help="seconds before the run is stopped"),
-    click.option("--mode", type=click.Choice(["ina", "ring", "ps"]), default="ina",
-                 show_default=True, help="ina: aggregate in the switch; baselines over the "
-                 "same fabric: ring (host ring all-reduce), ps (a parameter server host "
-                 "per job sums)"),
-    click.option("--payload-words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
-                 default=str(DEFAULTS.payload_words), show_default=True,
-                 help="32-bit words per aggregation packet: which qaina.p4 build runs"),
-    click.option("--no-pack", "pack", flag_value=False, default=True,
-                 help="one value per register word (the baseline that isolates packing)"),
-    click.option("--host-cpu", type=float, metavar="CORES",
-                 help="CPU isolation: every host (its agent, its parameter server) gets at "
-                 "most CORES of CPU time per second, e.g. 0.5 (Mininet's CPULimitedHost, "
-                 "a cgroup CFS quota)"),
-]
-
-_COMPRESSION_OPTIONS = [
-    click.option("--compress", type=RegistryChoice(COMPRESSORS, ["none"]), default="none",
-                 show_default=True, help="GradiVeQ: aggregate per-layer PCA coefficients "
-                 "after --gvq-fit exact iterations"),
-    click.option("--gvq-d", type=int, default=DEFAULTS.gvq_d, show_default=True,
-                 help="GradiVeQ slice length"),
-    click.option("--gvq-k", type=int, default=DEFAULTS.gvq_k, show_default=True,
-                 help="GradiVeQ coefficients per slice"),
-    click.option("--gvq-fit", type=int, default=DEFAULTS.gvq_fit, show_default=True,
-                 help="GradiVeQ: exact iterations the per-layer bases are fitted on"),
-    click.option("--gvq-refresh", type=int, default=DEFAULTS.gvq_refresh,
-                 show_default=True, help="GradiVeQ: refresh the bases with an exact "
-                 "iteration after every R compressed ones (0: never)"),
-    click.option("--train", is_flag=True,
-                 help="closed loop: the agents train --model on the digits from the "
-                 "aggregates they receive (instead of replaying --trace)"),
-    click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]),
-                 default=DEFAULTS.model, show_default=True,
-                 help="--train: the model (cnn and resnet need PyTorch)"),
-    click.option("--lr", type=float, default=DEFAULTS.lr, show_default=True,
-                 help="--train: SGD learning rate"),
-    click.option("--batch-size", type=int, default=DEFAULTS.batch_size,
-                 show_default=True, help="--train: minibatch per worker"),
-    click.option("--hidden", type=IntList("layer size", "SIZES"), default="64,32",
-                 show_default=True,
-                 help="--train: mlp hidden layer sizes"),
-    click.option("--width", type=int, default=DEFAULTS.width, show_default=True,
-                 help="--train: resnet width"),
-    click.option("--eval-every", type=int, default=DEFAULTS.eval_every,
-                 show_default=True, help="--train: iterations between test accuracies"),
-    click.option("--target-accuracy", type=float, default=DEFAULTS.target_accuracy,
-                 show_default=True, help="--train: the summary says when it was reached"),
-    click.option("--quantizer", type=RegistryChoice(QUANTIZERS, ["none"]),
-                 default="maxpow2", show_default=True,
-                 help="scale rule (hosts/QUANTIZERS.md; b = 1: scaled signs); none: "
-                 "float32 sums (--mode ring or ps, --bits 32)"),
-    click.option("--bucket", type=int, default=DEFAULTS.bucket, show_default=True,
-                 help="qsgd: elements sharing one norm"),
-    click.option("--error-feedback", is_flag=True,
-                 help="add what quantization dropped to the next iteration (always on "
-                 "at b = 1; rounds to nearest)"),
-    click.option("--record-levels", is_flag=True,
-                 help="agents keep their levels and the received sums (for checks)"),
-    click.option("--switch-log", is_flag=True,
-                 help="BMv2 logs every packet to logs/<switch>.bmv2.txt (slows BMv2 down "
-                 "several times: for debugging, not for measurements)"),
-]
-
-
-def run_options(f):
-    """The options of a run, for ``up``."""
-    for opt in reversed(_RUN_OPTIONS + _COMPRESSION_OPTIONS):
-        f = opt(f)
-    return f
-
-
 def record_on_first_use(cfg: RunConfig) -> None:
     """Record ``--trace NAME`` of a recipe (``hosts/recorder.RECIPES``) on first use, with
     progress, as ``sweep`` and ``bench`` do; as root only (else ``up`` says it needs root)."""
     from ..hosts.recorder import RECIPES, ensure
     from ..hosts.traces import TraceError
-    if cfg.train or cfg.trace not in RECIPES or os.geteuid() != 0:
+    t = cfg.training
+    if t.train or t.trace not in RECIPES or os.geteuid() != 0:
         return
     try:
-        ensure(cfg.trace, cfg.trace_dirs or None, log=click.echo)
+        ensure(t.trace, t.trace_dirs or None, log=click.echo)
     except (TraceError, ImportError, ValueError) as exc:
-        _fail(ValueError(f"recording trace set {cfg.trace} failed: {exc}"))
+        _fail(ValueError(f"recording trace set {t.trace} failed: {exc}"))
 
 
 def execute(cfg: RunConfig, hold: bool = False) -> dict:
@@ -209,29 +82,58 @@ def execute(cfg: RunConfig, hold: bool = False) -> dict:
     return summary
 
 
-@main.command()
-@run_options
+@main.command(cls=SectionedCommand)
+@tree_options
+@click.option("--config", "config_path", type=click.Path(), metavar="CONFIG.yaml",
+              help="start from this configuration (nested or flat); options given here "
+              "override it")
 @click.option("--hold", is_flag=True,
               help="keep the network and switches up after the jobs until Ctrl-C (then "
               "tear down and summarise as usual), to look at them with `qaina-bench shell`")
-def up(hold, **opts):
+@click.option("--dry-run", is_flag=True,
+              help="check the configuration, print it (YAML, as the run would save it) and "
+              "stop")
+@click.pass_context
+def up(ctx, config_path, hold, dry_run, **opts):
     """Build the network, run the jobs, measure, tear down, summarise."""
-    opts["trace_dirs"] = list(opts["trace_dirs"])
-    opts["payload_words"] = int(opts["payload_words"])
-    execute(RunConfig(**opts), hold=hold)
+    base = _load(config_path) if config_path else RunConfig()
+    cfg = config_from(ctx, opts, base)
+    if dry_run:
+        return show(cfg)
+    execute(cfg, hold=hold)
 
 
-@main.command()
+@main.command(cls=SectionedCommand)
 @click.argument("config", type=click.Path())
-@click.option("--run-id", help="name of the new result set")
-def run(config, run_id):
-    """Run the configuration in CONFIG.yaml (e.g. a saved results/<run>/config.yaml)."""
+@tree_options
+@click.option("--dry-run", is_flag=True,
+              help="check the configuration, print it (YAML) and stop")
+@click.pass_context
+def run(ctx, config, dry_run, **opts):
+    """Run the configuration in CONFIG.yaml (e.g. a saved results/<run>/config.yaml);
+    options given here override it (a new --run-id unless given)."""
+    cfg = _load(config)
+    cfg.output.run_id = None
+    cfg = config_from(ctx, opts, cfg)
+    if dry_run:
+        return show(cfg)
+    execute(cfg)
+
+
+def show(cfg: RunConfig):
+    """Check ``cfg`` (one line if it cannot work) and print it as YAML."""
     try:
-        cfg = RunConfig.from_yaml(config)
+        cfg.check()
+    except ConfigError as exc:
+        _fail(exc)
+    click.echo(cfg.to_yaml().rstrip("\n"))
+
+
+def _load(path) -> RunConfig:
+    try:
+        return RunConfig.from_yaml(path)
     except (ConfigError, TypeError) as exc:
         _fail(exc)
-    cfg.run_id = run_id
-    execute(cfg)
 
 
 @main.command()
@@ -342,15 +244,21 @@ def traces_show(name, dirs):
 @click.option("--out", "out_dir", type=click.Path(),
               help="directory that receives NAME/ (default: the user's trace directory, "
               "which `up` searches)")
-@click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]), default="mlp",
+@click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]), default=TRAINING.model,
               show_default=True, help="cnn and resnet need PyTorch (its CPU build)")
-@click.option("--workers", type=int, default=8, show_default=True)
-@click.option("--iterations", type=int, default=DEFAULTS.iterations, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--batch-size", type=int, default=32, show_default=True, help="per worker")
-@click.option("--lr", type=float, default=0.1, show_default=True, help="SGD learning rate")
-@click.option("--hidden", default="128,64", show_default=True, help="mlp hidden layer sizes")
-@click.option("--width", type=int, default=24, show_default=True,
+@click.option("--workers", type=int, default=8, show_default=True,
+              help="workers recorded (a run may use up to as many)")
+@click.option("--iterations", type=int, default=DEFAULTS.workload.iterations,
+              show_default=True)
+@click.option("--seed", type=int, default=DEFAULTS.workload.seed, show_default=True)
+@click.option("--batch-size", type=int, default=TRAINING.batch_size, show_default=True,
+              help="per worker")
+@click.option("--lr", type=float, default=TRAINING.lr, show_default=True,
+              help="SGD learning rate")
+@click.option("--hidden", type=IntList("layer size", "SIZES"),
+              default=",".join(map(str, TRAINING.hidden)), show_default=True,
+              help="mlp hidden layer sizes")
+@click.option("--width", type=int, default=TRAINING.width, show_default=True,
               help="resnet: channels of its first stage (64: ResNet-18's 11 M parameters)")
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32",
               show_default=True, help="how gradients are stored (float16: half the size)")
@@ -361,12 +269,8 @@ def traces_record(name, out_dir, model, workers, iterations, seed, batch_size, l
     from ..hosts.recorder import record
     from ..hosts.traces import TraceError
     try:
-        sizes = tuple(int(h) for h in hidden.split(",") if h.strip())
-    except ValueError:
-        _fail(ValueError(f"--hidden {hidden!r}: comma-separated layer sizes, e.g. 128,64"))
-    try:
         ts = record(name, out_dir, model=model, workers=workers, iterations=iterations,
-                    seed=seed, batch_size=batch_size, learning_rate=lr, hidden=sizes,
+                    seed=seed, batch_size=batch_size, learning_rate=lr, hidden=tuple(hidden),
                     width=width, dtype=dtype, overwrite=overwrite, log=click.echo)
     except (TraceError, ImportError, ValueError) as exc:
         _fail(exc)
@@ -420,12 +324,15 @@ def evaluate():
 @click.option("--seeds", type=int, default=2, show_default=True, help="repeats of each")
 @click.option("--train-iterations", type=int, default=0, show_default=True,
               help="train the model closed loop this long for a final accuracy (0: no)")
-@click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]), default="mlp",
+@click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]), default=TRAINING.model,
               show_default=True, help="the model trained closed loop")
-@click.option("--lr", type=float, default=0.3, show_default=True)
-@click.option("--batch-size", type=int, default=32, show_default=True)
-@click.option("--hidden", default="64,32", show_default=True, help="mlp hidden layer sizes")
-@click.option("--width", type=int, default=24, show_default=True, help="resnet width")
+@click.option("--lr", type=float, default=TRAINING.lr, show_default=True)
+@click.option("--batch-size", type=int, default=TRAINING.batch_size, show_default=True)
+@click.option("--hidden", type=IntList("layer size", "SIZES"),
+              default=",".join(map(str, TRAINING.hidden)), show_default=True,
+              help="mlp hidden layer sizes")
+@click.option("--width", type=int, default=TRAINING.width, show_default=True,
+              help="resnet width")
 @click.option("--error-feedback", "ef", type=click.Choice(["both", "off", "on"]),
               default="both", show_default=True)
 @click.option("--extras/--no-extras", default=True, show_default=True,
@@ -443,7 +350,7 @@ def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh,
         names = tuple(q.strip() for q in (quantizers or ",".join(QUANTIZERS)).split(","))
         scheme_list = ev.schemes(tuple(bits), names, gvq_k, gvq_refresh, extras,
                                  {"both": (False, True), "off": (False,), "on": (True,)}[ef])
-        sizes = tuple(int(h) for h in hidden.split(",") if h.strip())
+        sizes = tuple(hidden)
     except (TraceError, ValueError) as exc:
         _fail(exc)
     if workers > ts.workers:
@@ -485,7 +392,7 @@ def sweep(spec_path, out_dir, quick, no_retry, dry_run):
                       / (spec.name + ("-quick" if quick else "")))
         if dry_run:
             for t in plan(spec, target):
-                click.echo(f"{t.cfg.run_id if t.cfg else '(refused)':>28}  "
+                click.echo(f"{t.cfg.output.run_id if t.cfg else '(refused)':>28}  "
                            f"{t.point.describe()}  r{t.repeat}"
                            + (f"  refused: {t.refused}" if t.refused else ""))
             return

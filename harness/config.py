@@ -1,39 +1,33 @@
 """The configuration of a run: what ``up`` options and ``run CONFIG.yaml`` set.
 
-``RunConfig.check`` turns every bad input into one ``ConfigError`` line saying what is
-wrong and how to fix it; the resolved configuration is saved with the results.
+The tree itself (its sections, fields, defaults and types) is ``settings.py``, which
+the agents read too; ``RunConfig`` adds the checks that need the harness. Its
+``check`` turns every bad input into one ``ConfigError`` line saying what is wrong and
+how to fix it; the resolved configuration is saved with the results (nested).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import re
 import shutil
-import typing
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import yaml
-
-from types import UnionType as _UnionType
 
 from ..hosts.compression import COMPRESSORS, QUANTIZERS
 from ..hosts.lanes import BIT_WIDTHS, LaneError, LaneFormat
 from ..hosts.traces import TraceError, find_trace, TraceSet
 from ..topologies import TopologyError, TopoSpec, parse_topo
 from ..p4.constants import MAX_JOBS, POOL_SLOTS
-from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
+from ..p4.header import PAYLOAD_WORDS
+from ..settings import ConfigError, Settings
 from .targets import TARGETS, bmv2_missing, toolchain
 
 
 MODES = ("ina", "ring", "ps")
 ALLOCATIONS = ("static", "shared")
-
-
-class ConfigError(ValueError):
-    """A run configuration that cannot work; the message says how to fix it."""
 
 
 class PoolError(ConfigError):
@@ -44,56 +38,10 @@ class TraceMissing(ConfigError):
     """The trace set cannot be found or opened (every other option checked out)."""
 
 
-@dataclass
-class RunConfig:
-    topo: str = "leafspine"  # a --topo spec: name[,value...][,param=value...]
-    target: str = "embedded"
-    jobs: int = 2
-    workers: int = 4
-    bits: list[int] = field(default_factory=lambda: [4])  # one per job, or one for all
-    iterations: int = 12  # all of the bundled digits-mlp trace
-    slots: int = 32  # window per job: slots of the pool each job holds
-    trace: str = "digits-mlp"
-    trace_dirs: list[str] = field(default_factory=list)
-    bw: float | None = None  # Mbit/s, every link
-    delay: str | None = None  # e.g. "0.5ms", every link
-    loss: float | None = None  # percent, every link
-    spines: int = 2  # alias of --topo leafspine,spines=N (kept for old configs)
-    leaves: int = 2  # alias of --topo leafspine,leaves=N
-    headroom: int | None = None  # predicted-scale headroom (None: 1 for b <= 8, 8 for b = 32)
-    seed: int = 0
-    results_dir: str = "results"
-    run_id: str | None = None
-    sample_interval: float = 0.01  # slot usage: aggregator counters read this often
-    timeout: float = 300.0
-    record_levels: bool = False
-    switch_log: bool = False  # BMv2: log every packet (slows it down several times)
-    mode: str = "ina"  # or "ring" / "ps": host-based baselines over the same fabric
-    compress: str = "none"  # or a name in hosts/compression.py's COMPRESSORS
-    gvq_d: int = 64
-    gvq_k: int = 8
-    gvq_fit: int = 1  # GradiVeQ: exact iterations the bases are fitted on
-    gvq_refresh: int = 0  # GradiVeQ: R > 0 refreshes the bases every R + 1 iterations
-    train: bool = False  # closed loop: train the digits job from the aggregates
-    model: str = "mlp"  # the trained model: mlp, cnn or resnet (PyTorch)
-    lr: float = 0.3
-    batch_size: int = 32  # per worker
-    hidden: list[int] = field(default_factory=lambda: [64, 32])  # mlp hidden layers
-    width: int = 24  # resnet width
-    eval_every: int = 10  # iterations between test-accuracy measurements
-    target_accuracy: float = 0.9  # time to reach it goes into the summary
-    quantizer: str = "maxpow2"  # a name in hosts/quantize.py's QUANTIZERS, or none
-    bucket: int = 512  # qsgd: elements per norm
-    error_feedback: bool = False  # always on at b = 1
-    payload_words: int = QAINA_WORDS  # words per packet: which qaina.p4 build the switches run
-    pack: bool = True  # False: one value per register (isolates packing; b < 32)
-    pool_slots: int = POOL_SLOTS  # slots of the switch's pool the jobs may share
-    host_cpu: float | None = None  # cores of CPU time per second each host may use
-    arrivals: str | None = None  # "0,0.5,1" (s) or "poisson:GAP": jobs arrive, leave when done
-    levels: int = 1  # 2: the switch each worker hangs off aggregates below the aggregator
-    allocation: str = "static"  # or "shared": chunks hashed onto one shared pool (ATP)
+class RunConfig(Settings):
+    """The configuration tree of a run (``settings.py``) with the checks that need the
+    harness: targets, trace sets, the machine."""
 
-    # -- io ----------------------------------------------------------------------------
     @classmethod
     def from_yaml(cls, path) -> "RunConfig":
         try:
@@ -115,132 +63,135 @@ class RunConfig:
                               "(e.g. topo: star), or use `qaina-bench up` for the defaults")
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping of option: value")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(str(k) for k in set(data) - known)
-        if unknown:
-            raise ConfigError(f"{path}: unknown option(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(known))}")
-        cfg = cls(**{k: _typed(k, v, path) for k, v in data.items()})
+        cfg = cls.from_dict(data, str(path))
         cfg.check_run_id()
         return cfg
 
-    def to_yaml(self) -> str:
-        return yaml.safe_dump(asdict(self), sort_keys=False)
-
-    def job_bits(self) -> list[int]:
-        return self.bits * self.jobs if len(self.bits) == 1 else list(self.bits)
-
     # -- checks ------------------------------------------------------------------------
     def check_run_id(self):
-        if self.run_id is not None and not RUN_ID.fullmatch(self.run_id):
-            raise ConfigError(f"--run-id {self.run_id!r}: use letters, digits, '.', '_' and "
+        run_id = self.output.run_id
+        if run_id is not None and not RUN_ID.fullmatch(run_id):
+            raise ConfigError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and "
                               "'-' (a name, not a path), at most 100 characters")
 
     def check(self) -> TraceSet | None:
         """Raise ConfigError for anything that cannot work; returns the trace set (None
         when the run trains instead of replaying one)."""
-        for f in fields(self):
-            _typed(f.name, getattr(self, f.name), "the configuration")
+        self.check_types()
         self.check_run_id()
+        self.check_network()
+        self.check_workload()
+        self.check_compression()
+        out = self.output
+        if out.sample_interval <= 0 or out.timeout <= 0:
+            raise ConfigError("--sample-interval and --timeout must be positive")
+        if self.training.train:
+            self.check_training()
+            return None
+        return self.check_trace()
+
+    def check_network(self):
+        net, work = self.network, self.workload
         self.resolve_topology()
-        if self.target not in TARGETS:
-            raise ConfigError(f"unknown target {self.target!r}: use one of {', '.join(TARGETS)}")
-        if self.target == "bmv2" and bmv2_missing():
+        if net.target not in TARGETS:
+            raise ConfigError(f"unknown target {net.target!r}: use one of {', '.join(TARGETS)}")
+        if net.target == "bmv2" and bmv2_missing():
             raise ConfigError(f"--target bmv2: {bmv2_missing()}")
-        if not 1 <= self.jobs <= MAX_JOBS:
-            raise ConfigError(f"--jobs {self.jobs}: the switch holds 1..{MAX_JOBS} jobs")
-        if len(self.bits) not in (1, self.jobs):
-            raise ConfigError(f"--bits gives {len(self.bits)} widths for {self.jobs} jobs: "
+        if not 1 <= net.pool_slots <= POOL_SLOTS:
+            raise ConfigError(f"--pool-slots {net.pool_slots}: the switch's pool has 1.."
+                              f"{POOL_SLOTS} slots")
+        if net.loss is not None and not 0 <= net.loss < 100:
+            raise ConfigError(f"--loss {net.loss}: a percentage in [0, 100)")
+        if net.bw is not None and net.bw <= 0:
+            raise ConfigError(f"--bw {net.bw}: link bandwidth in Mbit/s must be positive")
+        cores = os.cpu_count() or 1
+        if net.host_cpu is not None and not 0.01 <= net.host_cpu <= cores:
+            raise ConfigError(f"--host-cpu {net.host_cpu}: cores of CPU time per second, "
+                              f"from 0.01 to the machine's {cores}")
+        if net.levels not in (1, 2):
+            raise ConfigError(f"--levels {net.levels}: 1 (one aggregating switch per job) "
+                              "or 2 (the workers' own switches aggregate below it)")
+        if net.levels == 2 and work.mode != "ina":
+            raise ConfigError(f"--levels 2 aggregates in the switches: it needs --mode ina, "
+                              f"not --mode {work.mode}")
+        if net.payload_words not in PAYLOAD_WORDS:
+            raise ConfigError(f"--payload-words {net.payload_words}: qaina.p4 is built for "
+                              f"{', '.join(map(str, PAYLOAD_WORDS))} words per packet")
+
+    def check_workload(self):
+        work, net = self.workload, self.network
+        if not 1 <= work.jobs <= MAX_JOBS:
+            raise ConfigError(f"--jobs {work.jobs}: the switch holds 1..{MAX_JOBS} jobs")
+        if len(work.bits) not in (1, work.jobs):
+            raise ConfigError(f"--bits gives {len(work.bits)} widths for {work.jobs} jobs: "
                               "give one for all jobs or one per job (e.g. --bits 4,32)")
-        for b in self.bits:
+        for b in work.bits:
             if b not in BIT_WIDTHS:
                 raise ConfigError(f"--bits {b} is not supported: use 1..8 or 32")
             try:
-                LaneFormat(b, self.workers)
+                LaneFormat(b, work.workers)
             except LaneError as exc:
-                raise ConfigError(f"--bits {b} --workers {self.workers}: {exc}") from None
-        if self.iterations < 1:
+                raise ConfigError(f"--bits {b} --workers {work.workers}: {exc}") from None
+        if work.iterations < 1:
             raise ConfigError("--iterations must be at least 1")
-        if not 1 <= self.pool_slots <= POOL_SLOTS:
-            raise ConfigError(f"--pool-slots {self.pool_slots}: the switch's pool has 1.."
-                              f"{POOL_SLOTS} slots")
-        if self.slots < 1:
-            raise ConfigError(f"--slots {self.slots}: a job needs at least one slot")
-        if self.arrivals is not None:
+        if work.slots < 1:
+            raise ConfigError(f"--slots {work.slots}: a job needs at least one slot")
+        if work.arrivals is not None:
             from .arrivals import arrival_offsets
-            arrival_offsets(self.arrivals, self.jobs, self.seed)
-        if self.mode == "ina" and self.allocation == "static" and self.slots > self.pool_slots:
-            raise PoolError(f"--slots {self.slots}: a job needs more slots than the pool of "
-                            f"{self.pool_slots} holds; use fewer slots or a larger --pool-slots")
-        if (self.mode == "ina" and self.arrivals is None and self.allocation == "static"
-                and self.slots * self.jobs > self.pool_slots):
-            raise PoolError(f"--slots {self.slots} x {self.jobs} jobs do not fit a pool of "
-                            f"{self.pool_slots} slots: use fewer jobs or slots, a larger "
-                            "--pool-slots, or --arrivals (jobs then wait for free slots)")
-        if self.loss is not None and not 0 <= self.loss < 100:
-            raise ConfigError(f"--loss {self.loss}: a percentage in [0, 100)")
-        if self.bw is not None and self.bw <= 0:
-            raise ConfigError(f"--bw {self.bw}: link bandwidth in Mbit/s must be positive")
-        cores = os.cpu_count() or 1
-        if self.host_cpu is not None and not 0.01 <= self.host_cpu <= cores:
-            raise ConfigError(f"--host-cpu {self.host_cpu}: cores of CPU time per second, "
-                              f"from 0.01 to the machine's {cores}")
-        if self.levels not in (1, 2):
-            raise ConfigError(f"--levels {self.levels}: 1 (one aggregating switch per job) "
-                              "or 2 (the workers' own switches aggregate below it)")
-        if self.levels == 2 and self.mode != "ina":
-            raise ConfigError(f"--levels 2 aggregates in the switches: it needs --mode ina, "
-                              f"not --mode {self.mode}")
-        if self.allocation not in ALLOCATIONS:
-            raise ConfigError(f"--allocation {self.allocation!r}: static (each job its own "
+            arrival_offsets(work.arrivals, work.jobs, work.seed)
+        if work.mode not in MODES:
+            raise ConfigError(f"--mode {work.mode!r}: use one of {', '.join(MODES)}")
+        if work.allocation not in ALLOCATIONS:
+            raise ConfigError(f"--allocation {work.allocation!r}: static (each job its own "
                               "slots) or shared (one pool, collisions go to a fallback host)")
-        if self.allocation == "shared" and self.mode != "ina":
+        if work.allocation == "shared" and work.mode != "ina":
             raise ConfigError(f"--allocation shared shares the switch's pool: it needs "
-                              f"--mode ina, not --mode {self.mode}")
-        if self.allocation == "shared" and self.levels != 1:
+                              f"--mode ina, not --mode {work.mode}")
+        if work.allocation == "shared" and net.levels != 1:
             raise ConfigError("--allocation shared aggregates on one switch per job: use "
                               "--levels 1 with it")
-        if self.mode not in MODES:
-            raise ConfigError(f"--mode {self.mode!r}: use one of {', '.join(MODES)}")
-        if self.payload_words not in PAYLOAD_WORDS:
-            raise ConfigError(f"--payload-words {self.payload_words}: qaina.p4 is built for "
-                              f"{', '.join(map(str, PAYLOAD_WORDS))} words per packet")
-        self.check_compression()
-        if self.sample_interval <= 0 or self.timeout <= 0:
-            raise ConfigError("--sample-interval and --timeout must be positive")
-        if self.train:
-            self.check_training()
-            return None
-        try:
-            trace = TraceSet.open(find_trace(self.trace, self.trace_dirs or None))
-        except TraceError as exc:
-            raise TraceMissing(f"trace {self.trace!r}: {exc} "
-                              "(see `qaina-bench traces list`)") from None
-        if self.workers > trace.workers:
-            raise ConfigError(f"trace {trace.name} has {trace.workers} workers, "
-                              f"--workers {self.workers} needs as many; record a larger set "
-                              "with `qaina-bench traces record`")
-        if self.iterations > trace.iterations:
-            raise ConfigError(f"trace {trace.name} has {trace.iterations} iterations, "
-                              f"--iterations {self.iterations} asks for more")
-        return trace
+        static = work.mode == "ina" and work.allocation == "static"
+        if static and work.slots > net.pool_slots:
+            raise PoolError(f"--slots {work.slots}: a job needs more slots than the pool of "
+                            f"{net.pool_slots} holds; use fewer slots or a larger --pool-slots")
+        if static and work.arrivals is None and work.slots * work.jobs > net.pool_slots:
+            raise PoolError(f"--slots {work.slots} x {work.jobs} jobs do not fit a pool of "
+                            f"{net.pool_slots} slots: use fewer jobs or slots, a larger "
+                            "--pool-slots, or --arrivals (jobs then wait for free slots)")
 
+    def check_trace(self) -> TraceSet:
+        tr, work = self.training, self.workload
+        try:
+            trace = TraceSet.open(find_trace(tr.trace, tr.trace_dirs or None))
+        except TraceError as exc:
+            raise TraceMissing(f"trace {tr.trace!r}: {exc} "
+                               "(see `qaina-bench traces list`)") from None
+        if work.workers > trace.workers:
+            raise ConfigError(f"trace {trace.name} has {trace.workers} workers, "
+                              f"--workers {work.workers} needs as many; record a larger set "
+                              "with `qaina-bench traces record`")
+        if work.iterations > trace.iterations:
+            raise ConfigError(f"trace {trace.name} has {trace.iterations} iterations, "
+                              f"--iterations {work.iterations} asks for more")
+        return trace
 
     def topology(self) -> TopoSpec:
         """The topology ``topo`` names with all its parameters; ``spines`` and ``leaves``
         fill the parameters of those names that the spec leaves out (aliases)."""
+        net = self.network
         try:
-            return parse_topo(self.topo, {"spines": self.spines, "leaves": self.leaves})
+            return parse_topo(net.topo, {"spines": net.spines, "leaves": net.leaves})
         except TopologyError as exc:
             raise ConfigError(str(exc)) from None
 
     def resolve_topology(self):
         """Write the full spec into ``topo`` (what config.yaml and the summary record)
         and the values it resolved into the aliases."""
+        net = self.network
         spec = self.topology()
-        self.topo = spec.text()
-        self.spines = spec.params.get("spines", self.spines)
-        self.leaves = spec.params.get("leaves", self.leaves)
+        net.topo = spec.text()
+        net.spines = spec.params.get("spines", net.spines)
+        net.leaves = spec.params.get("leaves", net.leaves)
 
     @staticmethod
     def check_plugin(option: str, name: str, registry):
@@ -254,85 +205,46 @@ class RunConfig:
                               f"{', '.join(registry.names())} or none")
 
     def check_compression(self):
-        self.check_plugin("--quantizer", self.quantizer, QUANTIZERS)
-        if self.quantizer == "none" and (self.mode == "ina" or set(self.job_bits()) != {32}):
+        c, work = self.compression, self.workload
+        self.check_plugin("--quantizer", c.quantizer, QUANTIZERS)
+        if c.quantizer == "none" and (work.mode == "ina" or set(self.job_bits()) != {32}):
             raise ConfigError("--quantizer none sums float32 values on the hosts: use it with "
                               "--mode ring or ps and --bits 32 (the switch sums integers)")
-        if self.bucket < 1:
-            raise ConfigError(f"--bucket {self.bucket}: QSGD buckets hold at least one element")
-        if self.quantizer == "qsgd" and self.error_feedback and 2 in self.job_bits():
+        if c.bucket < 1:
+            raise ConfigError(f"--bucket {c.bucket}: QSGD buckets hold at least one element")
+        if c.quantizer == "qsgd" and c.error_feedback and 2 in self.job_bits():
             raise ConfigError("--quantizer qsgd --error-feedback at b = 2 would send nothing: "
                               "values are a small share of their bucket's norm, and error "
                               "feedback's nearest rounding takes them all to level 0; use "
                               "maxpow2 or maxfine, or b >= 4")
-        self.check_plugin("--compress", self.compress, COMPRESSORS)
-        if not 1 <= self.gvq_k <= self.gvq_d:
-            raise ConfigError(f"GradiVeQ needs 1 <= k <= d, got --gvq-k {self.gvq_k} "
-                              f"--gvq-d {self.gvq_d}")
-        if self.gvq_fit < 1 or self.gvq_refresh < 0:
+        self.check_plugin("--compress", c.compress, COMPRESSORS)
+        if not 1 <= c.gvq_k <= c.gvq_d:
+            raise ConfigError(f"GradiVeQ needs 1 <= k <= d, got --gvq-k {c.gvq_k} "
+                              f"--gvq-d {c.gvq_d}")
+        if c.gvq_fit < 1 or c.gvq_refresh < 0:
             raise ConfigError("--gvq-fit must be at least 1 and --gvq-refresh at least 0")
-        if self.compress == "gradiveq" and self.iterations <= self.gvq_fit:
-            raise ConfigError(f"--compress gradiveq fits its bases on the first {self.gvq_fit} "
+        if c.compress == "gradiveq" and work.iterations <= c.gvq_fit:
+            raise ConfigError(f"--compress gradiveq fits its bases on the first {c.gvq_fit} "
                               f"iteration(s) and compresses after them: use --iterations "
-                              f"{self.gvq_fit + 1} or more")
+                              f"{c.gvq_fit + 1} or more")
 
     def check_training(self):
         from ..hosts.models import MODELS
-        if self.model not in MODELS:
-            raise ConfigError(f"--model {self.model!r}: use one of {', '.join(MODELS)}")
-        if self.model != "mlp" and importlib.util.find_spec("torch") is None:
+        t = self.training
+        if t.model not in MODELS:
+            raise ConfigError(f"--model {t.model!r}: use one of {', '.join(MODELS)}")
+        if t.model != "mlp" and importlib.util.find_spec("torch") is None:
             from ..hosts.models import TORCH_HINT
-            raise ConfigError(f"--model {self.model} needs PyTorch: {TORCH_HINT}")
-        if self.lr <= 0 or self.batch_size < 1 or self.eval_every < 1 or self.width < 1:
+            raise ConfigError(f"--model {t.model} needs PyTorch: {TORCH_HINT}")
+        if t.lr <= 0 or t.batch_size < 1 or t.eval_every < 1 or t.width < 1:
             raise ConfigError("--lr, --batch-size, --eval-every and --width must be positive")
-        if not self.hidden or min(self.hidden) < 1:
-            raise ConfigError(f"--hidden {self.hidden}: positive layer sizes")
-        if not 0 < self.target_accuracy <= 1:
-            raise ConfigError(f"--target-accuracy {self.target_accuracy}: a share in (0, 1]")
+        if not t.hidden or min(t.hidden) < 1:
+            raise ConfigError(f"--hidden {t.hidden}: positive layer sizes")
+        if not 0 < t.target_accuracy <= 1:
+            raise ConfigError(f"--target-accuracy {t.target_accuracy}: a share in (0, 1]")
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_HINTS = typing.get_type_hints(RunConfig)
-
-
-def _typed(name: str, value, where):
-    """``value`` of option ``name`` as its declared type; ConfigError if it is not one.
-
-    Whole numbers must be whole (8.5 slots is an error, not 8); a bit list may be
-    given as 4, [4, 32] or "4,32"; a list of paths as one path or a list.
-    """
-    hint = _HINTS[name]
-    kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, _UnionType) \
-        else (hint,)
-    if value is None and type(None) in kinds:
-        return None
-    kind = next(k for k in kinds if k is not type(None))
-    what = {int: "a whole number", float: "a number", bool: "true or false", str: "text",
-            list[int]: "a whole number or a list of them (4, [4, 32] or \"4,32\")",
-            list[str]: "a path or a list of paths"}[kind]
-    if kind is float:
-        what = "a finite number"
-    if kind == list[int] and isinstance(value, str):
-        try:
-            value = [int(v) for v in value.split(",")]
-        except ValueError:
-            pass
-    if kind == list[int] and isinstance(value, int) and not isinstance(value, bool):
-        value = [value]
-    if kind == list[str] and isinstance(value, str):
-        value = [value]
-    ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-          float: lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool)
-                            and math.isfinite(v)),
-          bool: lambda v: isinstance(v, bool),
-          str: lambda v: isinstance(v, str),
-          list[int]: lambda v: isinstance(v, list) and v and all(
-              isinstance(x, int) and not isinstance(x, bool) for x in v),
-          list[str]: lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
-          }[kind](value)
-    if not ok:
-        raise ConfigError(f"{where}: {name} is {value!r}, which is not {what}")
-    return float(value) if kind is float else value
 
 
 def check_system() -> list[tuple[str, bool, str]]:

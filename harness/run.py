@@ -126,36 +126,38 @@ def agent_env() -> dict:
 def new_run_id(cfg: RunConfig) -> str:
     """Time and what was run: topology, mode, jobs x workers, bits, compression,
     trace and link settings, e.g. ``20261130-101500-leafspine-ina-j2w4b4-digits-mlp-bw1``."""
+    net, work, comp, tr = cfg.network, cfg.workload, cfg.compression, cfg.training
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    parts = [stamp, cfg.topology().short(), cfg.mode,
-             f"j{cfg.jobs}w{cfg.workers}b{'-'.join(str(b) for b in cfg.bits)}"]
-    if not cfg.pack:
+    parts = [stamp, cfg.topology().short(), work.mode,
+             f"j{work.jobs}w{work.workers}b{'-'.join(str(b) for b in work.bits)}"]
+    if not comp.pack:
         parts.append("unpacked")
-    if cfg.payload_words != QAINA_WORDS:
-        parts.append(f"pw{cfg.payload_words}")
-    if cfg.quantizer != "maxpow2":
-        parts.append(cfg.quantizer)
-    if cfg.error_feedback:
+    if net.payload_words != QAINA_WORDS:
+        parts.append(f"pw{net.payload_words}")
+    if comp.quantizer != "maxpow2":
+        parts.append(comp.quantizer)
+    if comp.error_feedback:
         parts.append("ef")
-    if cfg.compress != "none":
-        parts.append(cfg.compress)
-    parts.append(f"train-{cfg.model}" if cfg.train else cfg.trace)
-    for name, value in (("bw", cfg.bw), ("delay", cfg.delay), ("loss", cfg.loss),
-                        ("cpu", cfg.host_cpu)):
+    if comp.compress != "none":
+        parts.append(comp.compress)
+    parts.append(f"train-{tr.model}" if tr.train else tr.trace)
+    for name, value in (("bw", net.bw), ("delay", net.delay), ("loss", net.loss),
+                        ("cpu", net.host_cpu)):
         if value:
             parts.append(f"{name}{value:g}" if isinstance(value, float) else f"{name}{value}")
-    if cfg.target != "embedded":
-        parts.append(cfg.target)
+    if net.target != "embedded":
+        parts.append(net.target)
     name = "-".join(parts)
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:100]
 
 
 def build_topology(cfg: RunConfig, netem: bool = True):
     """The run's topology; without netem, loss is left to nftables (see linkloss)."""
+    net, work = cfg.network, cfg.workload
     # A host per job beyond the workers: its parameter server, or its fallback host.
-    extra = cfg.mode == "ps" or (cfg.mode == "ina" and cfg.allocation == "shared")
-    hosts = cfg.jobs * cfg.workers + (cfg.jobs if extra else 0)
-    link = LinkParams(cfg.bw, cfg.delay, cfg.loss if netem else None)
+    extra = work.mode == "ps" or (work.mode == "ina" and work.allocation == "shared")
+    hosts = work.jobs * work.workers + (work.jobs if extra else 0)
+    link = LinkParams(net.bw, net.delay, net.loss if netem else None)
     return cfg.topology().build(hosts, link)
 
 
@@ -179,9 +181,10 @@ class Run:
         self.t_invoked = time.time()
         self.trace = cfg.check()
         #: --arrivals: each job's arrival after the start signal (s); None: all at once
-        self.offsets = arrival_offsets(cfg.arrivals, cfg.jobs, cfg.seed)
+        self.offsets = arrival_offsets(cfg.workload.arrivals, cfg.workload.jobs, cfg.workload.seed)
         self.admission: Admission | None = None
-        self.trace_path = None if cfg.train else find_trace(cfg.trace, cfg.trace_dirs or None)
+        tr = cfg.training
+        self.trace_path = None if tr.train else find_trace(tr.trace, tr.trace_dirs or None)
         if os.geteuid() != 0:
             raise ConfigError("qaina-bench up needs root (Mininet, veth, raw sockets): "
                               "run it with sudo")
@@ -189,17 +192,17 @@ class Run:
             raise ConfigError("mnexec not found: install Mininet (apt-get install mininet), "
                               "or run `qaina-bench doctor`")
         self.netem = netem_available()
-        if cfg.delay and not self.netem:
+        if cfg.network.delay and not self.netem:
             raise ConfigError("--delay needs the kernel's netem qdisc, which this kernel "
                               "lacks (CONFIG_NET_SCH_NETEM); run without --delay, or on a "
                               "kernel with netem (e.g. the Vagrant VM)")
-        if cfg.host_cpu and limit_problem():
+        if cfg.network.host_cpu and limit_problem():
             raise ConfigError(limit_problem())
-        if cfg.target == "bmv2" and not nft_available():
+        if cfg.network.target == "bmv2" and not nft_available():
             raise ConfigError("--target bmv2 needs nftables to keep BMv2's Thrift port "
                               "(open on every address) for loopback only: "
                               "apt-get install nftables")
-        if cfg.loss and not self.netem and not nft_available():
+        if cfg.network.loss and not self.netem and not nft_available():
             raise ConfigError("--loss needs netem or nftables: this kernel has no netem; "
                               "install nftables (apt-get install nftables)")
         busy = live_records()
@@ -210,9 +213,9 @@ class Run:
             removed = rec.remove()
             echo(f"run {rec.run_id} ended without tearing down; removed what it left: "
                  f"{'; '.join(removed) or 'nothing was left'}")
-        check_names_free(cfg.topo, build_topology(cfg))
-        cfg.run_id = cfg.run_id or new_run_id(cfg)
-        self.dir = Path(cfg.results_dir) / cfg.run_id
+        check_names_free(cfg.network.topo, build_topology(cfg))
+        cfg.output.run_id = cfg.output.run_id or new_run_id(cfg)
+        self.dir = Path(cfg.output.results_dir) / cfg.output.run_id
         if self.dir.exists():
             raise ConfigError(f"results directory {self.dir} exists; choose another --run-id")
         try:
@@ -220,18 +223,18 @@ class Run:
         except OSError as exc:
             raise ConfigError(f"cannot write results to {self.dir}: "
                               f"{exc.strerror or exc}; choose another --results-dir") from None
-        self.record = RunRecord(cfg.run_id)
+        self.record = RunRecord(cfg.output.run_id)
         self.testbed: Testbed | None = None
         self.agents: list[AgentProcess] = []
         #: each job's server host: its parameter server (--mode ps) or its fallback
         #: host (--allocation shared)
         self.servers: list[str] = []
         self.server_procs: list[tuple] = []  # (name, popen, log) of the servers
-        self.shared = cfg.mode == "ina" and cfg.allocation == "shared"
+        self.shared = cfg.workload.mode == "ina" and cfg.workload.allocation == "shared"
         self.jobs: list[Job] = []
         self.status = "starting"
         self.signalled = False
-        self.switch_program: dict = {"target": cfg.target}  # what ran the switches
+        self.switch_program: dict = {"target": cfg.network.target}  # what ran the switches
         self.sampler: Sampler | None = None
         self.ledger = CpuLedger()  # CPU seconds of every process, agents' go to their end
         self.interfaces: dict[str, str] = {}  # switch interface -> node at its far end
@@ -270,18 +273,18 @@ class Run:
         return summary
 
     def _bring_up(self):
-        cfg = self.cfg
+        cfg, net = self.cfg, self.cfg.network
         topo = build_topology(cfg, self.netem)
-        self.echo(f"run {cfg.run_id}: {cfg.topo} with {len(topo.switches())} switches, "
-                  f"{len(topo.hosts())} hosts, target {cfg.target}")
-        nft_loss = cfg.loss if cfg.loss and not self.netem else None
+        self.echo(f"run {cfg.output.run_id}: {net.topo} with {len(topo.switches())} switches, "
+                  f"{len(topo.hosts())} hosts, target {net.target}")
+        nft_loss = net.loss if net.loss and not self.netem else None
         if nft_loss:
-            self.echo(f"  link loss {cfg.loss}% per direction by nftables (no netem here)")
-        if cfg.host_cpu:
-            self.echo(f"  every host limited to {cfg.host_cpu:g} cores of CPU time per second")
-        self.testbed = Testbed(topo, cfg.target, self.writer.log_dir, self.record, nft_loss,
-                               log_packets=cfg.switch_log, words=cfg.payload_words,
-                               host_cpu=cfg.host_cpu)
+            self.echo(f"  link loss {net.loss}% per direction by nftables (no netem here)")
+        if net.host_cpu:
+            self.echo(f"  every host limited to {net.host_cpu:g} cores of CPU time per second")
+        self.testbed = Testbed(topo, net.target, self.writer.log_dir, self.record, nft_loss,
+                               log_packets=cfg.output.switch_log, words=net.payload_words,
+                               host_cpu=net.host_cpu)
         with deferred_signals():
             self.testbed.start()
         self.switch_program = self.testbed.switch_program()
@@ -293,22 +296,22 @@ class Run:
         agg = topo.aggregator
         # The baselines hold no slots; with --arrivals a job gets its range when admitted;
         # shared jobs all range over the whole pool.
-        static = cfg.mode == "ina" and self.offsets is None and not self.shared
-        bases = (partition_slots([cfg.slots] * cfg.jobs, cfg.pool_slots) if static
-                 else [0] * cfg.jobs)
-        if cfg.mode == "ps" or self.shared:
-            self.servers = topo.server_hosts(cfg.jobs, cfg.workers)
-        job_hosts = topo.job_hosts(cfg.jobs, cfg.workers)
+        static = cfg.workload.mode == "ina" and self.offsets is None and not self.shared
+        bases = (partition_slots([cfg.workload.slots] * cfg.workload.jobs, net.pool_slots)
+                 if static else [0] * cfg.workload.jobs)
+        if cfg.workload.mode == "ps" or self.shared:
+            self.servers = topo.server_hosts(cfg.workload.jobs, cfg.workload.workers)
+        job_hosts = topo.job_hosts(cfg.workload.jobs, cfg.workload.workers)
         for j, bits in enumerate(cfg.job_bits()):
             workers = [self.testbed.worker(k, h, agg) for k, h in enumerate(job_hosts[j])]
-            fmt = LaneFormat(bits, cfg.workers, cfg.pack)
+            fmt = LaneFormat(bits, cfg.workload.workers, cfg.compression.pack)
             if self.shared:
-                self.jobs.append(Job(j + 1, j, fmt, 0, cfg.pool_slots, workers, shared=True,
+                self.jobs.append(Job(j + 1, j, fmt, 0, cfg.network.pool_slots, workers, shared=True,
                                      upstream=self.testbed.fallback(self.servers[j], agg)))
             else:
-                self.jobs.append(Job(j + 1, j, fmt, bases[j], cfg.slots, workers))
+                self.jobs.append(Job(j + 1, j, fmt, bases[j], cfg.workload.slots, workers))
         self.aggregator = agg
-        if cfg.mode == "ina":
+        if cfg.workload.mode == "ina":
             self.testbed.program_aggregators(sorted({sw for job in self.jobs
                                                      for sw in self._placements(job)}))
             for job in self.jobs if self.offsets is None else []:
@@ -319,28 +322,28 @@ class Run:
                      if self.offsets is None else
                      f"arrives at +{self.offsets[job.index]:g} s, {job.slot_count} slots")
             if self.shared:
-                slots = (f"{cfg.slots} chunks in flight hashed onto the shared slots "
-                         f"0..{cfg.pool_slots - 1}, fallback host {self.servers[job.index]}"
+                slots = (f"{cfg.workload.slots} chunks in flight hashed onto the shared slots "
+                         f"0..{cfg.network.pool_slots - 1}, fallback host {self.servers[job.index]}"
                          + ("" if self.offsets is None
                             else f", arrives at +{self.offsets[job.index]:g} s"))
-            where = {"ina": f"{slots} on {agg}, {cfg.payload_words} words per packet",
+            where = {"ina": f"{slots} on {agg}, {cfg.network.payload_words} words per packet",
                      "ring": "ring all-reduce",
                      "ps": f"parameter server on {self.servers[job.index]}"
-                     if self.servers else ""}[cfg.mode]
+                     if self.servers else ""}[cfg.workload.mode]
             self.echo(f"  job {job.job_id}: {job.fmt.describe()}, {where}, "
                       f"hosts {', '.join(w.host for w in job.workers)}")
             lower = [f"{sw} ({', '.join(w.host for w in j.workers)})"
                      for sw, j in self._placements(job).items() if j.upstream is not None]
-            if cfg.mode == "ina" and lower and not self.shared:
+            if cfg.workload.mode == "ina" and lower and not self.shared:
                 self.echo(f"    two levels: {'; '.join(lower)} sum below {agg}")
 
     def _placements(self, job: Job) -> dict:
         """Switch -> the job as that switch holds it (``Testbed.placements``)."""
-        return self.testbed.placements(job, self.aggregator, self.cfg.levels)
+        return self.testbed.placements(job, self.aggregator, self.cfg.network.levels)
 
     def _senders(self, job: Job) -> dict[str, tuple[str, int]]:
         """Host -> (the switch it sends to, its worker index there)."""
-        if self.cfg.mode != "ina":
+        if self.cfg.workload.mode != "ina":
             return {w.host: (self.aggregator, w.index) for w in job.workers}
         return {w.host: (sw, w.index) for sw, j in self._placements(job).items()
                 for w in j.workers if w.host not in self.testbed.conns}
@@ -360,32 +363,19 @@ class Run:
                 host = w.host
                 switch, wire_worker = senders[host]
                 name = f"j{job.job_id}w{w.index}"
-                acfg = AgentConfig(job_id=job.job_id, worker=w.index, workers=cfg.workers,
-                                   bits=job.fmt.bits, trace=str(self.trace_path or ""),
-                                   train=cfg.train, model=cfg.model, lr=cfg.lr,
-                                   batch_size=cfg.batch_size, hidden=list(cfg.hidden),
-                                   width=cfg.width, eval_every=cfg.eval_every,
-                                   iterations=cfg.iterations,
-                                   aggregator=aggregator_ip(ids[switch]),
-                                   wire_worker=wire_worker,
-                                   slot_base=job.slot_base,
-                                   slots=cfg.slots if self.shared else job.slot_count,
-                                   shared_slots=job.slot_count if self.shared else 0,
-                                   output=str(self.writer.dir / "agents" / f"{name}.jsonl"),
-                                   seed=cfg.seed, headroom=cfg.headroom,
-                                   start_file=str(self.start_files[job.job_id]),
-                                   start_timeout=(120.0 if self.offsets is None
-                                                  else max(120.0, cfg.timeout)),
-                                   quantizer=cfg.quantizer, bucket=cfg.bucket,
-                                   error_feedback=cfg.error_feedback,
-                                   record_levels=cfg.record_levels, compress=cfg.compress,
-                                   gvq_d=cfg.gvq_d, gvq_k=cfg.gvq_k, mode=cfg.mode,
-                                   gvq_fit_iterations=cfg.gvq_fit,
-                                   gvq_refresh=cfg.gvq_refresh,
-                                   ring_peers=[int_to_ip(x.ip) for x in job.workers],
-                                   ps_address=(self.testbed.host(self.servers[job.index]).IP()
-                                               if cfg.mode == "ps" else None),
-                                   payload_words=cfg.payload_words, packed=cfg.pack)
+                acfg = AgentConfig(
+                    run=cfg, job_id=job.job_id, worker=w.index, bits=job.fmt.bits,
+                    trace=str(self.trace_path or ""), aggregator=aggregator_ip(ids[switch]),
+                    wire_worker=wire_worker, slot_base=job.slot_base,
+                    slots=cfg.workload.slots if self.shared else job.slot_count,
+                    shared_slots=job.slot_count if self.shared else 0,
+                    output=str(self.writer.dir / "agents" / f"{name}.jsonl"),
+                    start_file=str(self.start_files[job.job_id]),
+                    start_timeout=(120.0 if self.offsets is None
+                                   else max(120.0, cfg.output.timeout)),
+                    ring_peers=[int_to_ip(x.ip) for x in job.workers],
+                    ps_address=(self.testbed.host(self.servers[job.index]).IP()
+                                if cfg.workload.mode == "ps" else None))
                 path = self.writer.dir / "agents" / f"{name}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 acfg.save(path)
@@ -410,7 +400,7 @@ class Run:
                            "heavy --loss that can take long)",
                    "ps": " (they connect to their parameter server over TCP first)"}
             raise RunError(f"agents {', '.join(waiting[:8])}{' ...' if len(waiting) > 8 else ''} "
-                           f"did not start within 60 s{how.get(self.cfg.mode, '')}; see "
+                           f"did not start within 60 s{how.get(self.cfg.workload.mode, '')}; see "
                            f"{self.writer.log_dir}")
         for p in self._processes():
             self.ledger.watch(p["name"], p["component"], p["pid"], p["job"])
@@ -419,17 +409,17 @@ class Run:
         # are counted from before its first packet.
         processes = {p["name"]: p["pid"] for p in self._processes()}
         self.sampler = Sampler(self.writer, self.testbed.conns,
-                               self.aggregator if cfg.mode == "ina" else None, self.jobs,
+                               self.aggregator if cfg.workload.mode == "ina" else None, self.jobs,
                                self.testbed.switch_interfaces(), processes,
-                               slot_interval=cfg.sample_interval)
+                               slot_interval=cfg.output.sample_interval)
         self.sampler.begin()
         self.events["agents_go"] = time.time()
         if self.offsets is None:
             go.touch()
         else:
-            pool = SlotPool(cfg.pool_slots)
+            pool = SlotPool(cfg.network.pool_slots)
             # Shared jobs hold no slots of their own: they are admitted on arrival.
-            slots = [job.slot_count if cfg.mode == "ina" and not self.shared else 0
+            slots = [job.slot_count if cfg.workload.mode == "ina" and not self.shared else 0
                      for job in self.jobs]
             self.admission = Admission(pool, slots, self.offsets, self.events["agents_go"],
                                        self._admit, self._release)
@@ -440,7 +430,7 @@ class Run:
         (the start file holds its slot base)."""
         job = self.jobs[index]
         job.slot_base = base
-        if self.cfg.mode == "ina":
+        if self.cfg.workload.mode == "ina":
             self.testbed.install_job(self._placements(job))
         start = self.start_files[job.job_id]
         partial = start.with_suffix(".partial")
@@ -448,7 +438,7 @@ class Run:
         partial.rename(start)
 
     def _release(self, index: int):
-        if self.cfg.mode == "ina":
+        if self.cfg.workload.mode == "ina":
             self.testbed.remove_job(self._placements(self.jobs[index]))
 
     def _admit_and_release(self):
@@ -485,7 +475,7 @@ class Run:
             name = f"fallback{job.job_id}"
             path = self.writer.dir / "agents" / f"{name}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            fcfg = FallbackConfig(job.job_id, job.fmt.workers, self.cfg.payload_words,
+            fcfg = FallbackConfig(job.job_id, job.fmt.workers, self.cfg.network.payload_words,
                                   aggregator_ip(ids[self.aggregator]),
                                   str(self.writer.dir / "agents" / f"{name}-stats.json"))
             path.write_text(json.dumps(asdict(fcfg)))
@@ -540,7 +530,7 @@ class Run:
         """Show progress until the agents are done; the sampler measures meanwhile."""
         cfg = self.cfg
         t0 = time.time()
-        total = cfg.iterations * len(self.agents)
+        total = cfg.workload.iterations * len(self.agents)
         shown = ""
         try:
             while True:
@@ -558,9 +548,9 @@ class Run:
                     shown = line
                 if all(self.ledger.poll(a.popen) is not None for a in self.agents):
                     break
-                if time.time() - t0 > cfg.timeout:
+                if time.time() - t0 > cfg.output.timeout:
                     self.status = "timeout"
-                    self.echo(f"\nrun exceeded --timeout {cfg.timeout:.0f} s")
+                    self.echo(f"\nrun exceeded --timeout {cfg.output.timeout:.0f} s")
                     break
                 # Jobs waiting to arrive or for slots are admitted within 10 ms.
                 time.sleep(0.01 if self.admission is not None and self.admission.waiting
@@ -579,7 +569,7 @@ class Run:
                  for sw in self.testbed.net.switches]
         self.echo(f"jobs ended ({self.status}); the network stays up until Ctrl-C. "
                   "p4runtime-shell "
-                  f"on a switch: qaina-bench shell SWITCH --run {self.cfg.run_id}  "
+                  f"on a switch: qaina-bench shell SWITCH --run {self.cfg.output.run_id}  "
                   f"(switches: {', '.join(names)})")
         try:
             while True:
@@ -638,7 +628,9 @@ class Run:
     def _write_results(self) -> dict:
         agents = [{"job": a.job, "worker": a.worker, "host": a.host, "records": a.records()}
                   for a in self.agents]
-        meta = {"run_id": self.cfg.run_id, "status": self.status, "events": self.events,
+        work = self.cfg.workload
+        allocation = work.allocation if work.mode == "ina" else None
+        meta = {"run_id": self.cfg.output.run_id, "status": self.status, "events": self.events,
                 "aggregator": getattr(self, "aggregator", None),
                 "switch_program": self.switch_program,
                 **(self.sampler.summary() if self.sampler is not None else {}),
@@ -649,9 +641,9 @@ class Run:
                 "jobs": [{"job_id": j.job_id, "index": j.index, "bits": j.fmt.bits,
                           "workers": j.fmt.workers, "lane_width": j.fmt.width,
                           "lanes": j.fmt.lanes, "packed": j.fmt.packed,
-                          "payload_words": self.cfg.payload_words, "slot_base": j.slot_base,
-                          "slots": j.slot_count, **self._arrival(j.index),
-                          "allocation": self.cfg.allocation if self.cfg.mode == "ina" else None,
+                          "payload_words": self.cfg.network.payload_words,
+                          "slot_base": j.slot_base, "slots": j.slot_count,
+                          **self._arrival(j.index), "allocation": allocation,
                           **({"fallback": self.fallback_stats(j)} if self.shared else {}),
                           "hosts": [w.host for w in j.workers]
                           + ([self.servers[j.index]] if self.servers else [])}

@@ -18,7 +18,6 @@ import csv
 import json
 import platform
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 
@@ -200,7 +199,7 @@ def fidelity(job: dict, rows: list[dict], series: dict, cfg, meta: dict) -> dict
     processes = [p["name"] for p in meta.get("processes", [])
                  if p.get("job") in (None, job["job_id"])]
     return job_fidelity(job["job_id"], set(job.get("hosts", [])), rows, series,
-                        meta.get("interfaces", {}), cfg.bw, processes)
+                        meta.get("interfaces", {}), cfg.network.bw, processes)
 
 
 def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict:
@@ -224,37 +223,37 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
     for job in meta["jobs"]:
         warmups = [r for a in agents if a["job"] == job["job_id"] for r in a["records"]
                    if r.get("type") == "warmup"]
-        aggregator = meta.get("aggregator") if cfg.mode == "ina" else None
+        aggregator = meta.get("aggregator") if cfg.workload.mode == "ina" else None
         jobs.append(job_summary(job, rows, slot_samples, aggregator, warmups,
-                                cfg.target_accuracy))
+                                cfg.training.target_accuracy))
         jobs[-1]["fidelity"] = fidelity(jobs[-1], rows, by_kind, cfg, meta)
     errors = [r.get("message") for a in agents for r in a["records"] if r.get("type") == "error"]
-    config = asdict(cfg)
+    net, work, comp, tr = cfg.network, cfg.workload, cfg.compression, cfg.training
     summary = {
         "run_id": meta["run_id"],
         "status": meta["status"],
         "complete": meta["status"] == "complete",
-        "target": cfg.target,
-        "switch_program": meta.get("switch_program", {"target": cfg.target}),
-        "topology": cfg.topo,
+        "target": net.target,
+        "switch_program": meta.get("switch_program", {"target": net.target}),
+        "topology": net.topo,
         "aggregator": meta.get("aggregator"),
-        "jobs_count": cfg.jobs,
-        "workers": cfg.workers,
+        "jobs_count": work.jobs,
+        "workers": work.workers,
         "bits": cfg.job_bits(),
-        "iterations": cfg.iterations,
-        "trace": None if cfg.train else cfg.trace,
-        "train": {"model": cfg.model, "lr": cfg.lr, "batch_size": cfg.batch_size}
-        if cfg.train else None,
-        "compress": cfg.compress,
-        "quantizer": "signmean" if cfg.job_bits() == [1] * cfg.jobs else cfg.quantizer,
-        "error_feedback": cfg.error_feedback,
-        "mode": cfg.mode,
-        "levels": cfg.levels,
-        "allocation": cfg.allocation if cfg.mode == "ina" else None,
-        "payload_words": cfg.payload_words,
-        "packed": cfg.pack,
-        "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},
-        "host_cpu": cfg.host_cpu,
+        "iterations": work.iterations,
+        "trace": None if tr.train else tr.trace,
+        "train": {"model": tr.model, "lr": tr.lr, "batch_size": tr.batch_size}
+        if tr.train else None,
+        "compress": comp.compress,
+        "quantizer": "signmean" if cfg.job_bits() == [1] * work.jobs else comp.quantizer,
+        "error_feedback": comp.error_feedback,
+        "mode": work.mode,
+        "levels": net.levels,
+        "allocation": work.allocation if work.mode == "ina" else None,
+        "payload_words": net.payload_words,
+        "packed": comp.pack,
+        "links": {"bw_mbit": net.bw, "delay": net.delay, "loss_percent": net.loss},
+        "host_cpu": net.host_cpu,
         "startup_to_first_send_s": (first_send - meta["events"]["invoked"]
                                     if first_send else None),
         # first packet of any agent (warm-up included) to the last iteration done
@@ -275,7 +274,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "switch_ports": meta.get("switch_ports"),
         "validity": validity(rows, jobs, meta.get("cpu"), drops, meta.get("switch_ports")),
         "software": software_versions(),
-        "config": config,
+        "config": cfg.to_dict(),
         "written": time.time(),
     }
     (writer.dir / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -3,7 +3,8 @@
 A sweep spec (YAML, see ``experiments/README.md``) holds:
 
 ``name``            the sweep's name (letters, digits, ``.``, ``_``, ``-``)
-``base``            run options every point shares (``qaina-bench up``'s, as in a config.yaml)
+``base``            run options every point shares (``qaina-bench up``'s, flat or by section
+                    as in a config.yaml)
 ``grid``            axes to cross, in order: a run option with its list of values, or a
                     named axis whose values are mappings ``{label: ..., option: value}``
 ``repeats``         runs of every point (the plots show their mean and spread); the
@@ -29,19 +30,20 @@ import json
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
 
 from ..hosts.lanes import LaneFormat
-from .config import RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing, _typed
+from ..settings import SECTION_OF, SECTIONS
+from .config import RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing
 
 SPEC_KEYS = {"name", "description", "base", "grid", "repeats", "window_elements", "traces",
              "plot", "quick"}
 #: options the sweep sets itself
 RESERVED = {"results_dir", "run_id"}
-OPTIONS = {f.name for f in fields(RunConfig)} - RESERVED
+OPTIONS = set(SECTION_OF) - RESERVED
 MAX_RUNS = 10_000  # runs of one sweep
 TRACE_KEYS = {"name", "model", "hidden", "workers", "iterations", "dtype", "seed", "width",
               "lr", "batch_size"}
@@ -108,7 +110,8 @@ class Spec:
         if not isinstance(name, str) or not RUN_ID.fullmatch(name) or len(name) > 60:
             raise SweepError(f"{where}: name must be a short name (letters, digits, '.', '_', "
                              f"'-'), got {name!r}")
-        spec = cls(name=name, base=_mapping(data.get("base", {}), f"{where}: base"),
+        base = flatten(_mapping(data.get("base", {}), f"{where}: base"), f"{where}: base")
+        spec = cls(name=name, base=base,
                    grid=_grid(data.get("grid"), where),
                    repeats=_whole(data.get("repeats", 1), f"{where}: repeats", 1, 100),
                    window_elements=(None if data.get("window_elements") is None else _whole(
@@ -141,15 +144,14 @@ class Spec:
 
     def config(self, point: Point, sweep_dir: Path, repeat: int) -> RunConfig:
         """The run configuration of ``point``'s ``repeat``-th run (ConfigError if bad)."""
-        opts = {**self.base, **point.options}
         where = f"point {point.index} ({point.describe()})"
-        cfg_opts = {k: _typed(k, v, where) for k, v in opts.items()}
-        cfg = RunConfig(**cfg_opts, results_dir=str(sweep_dir / "runs"),
-                        run_id=run_id(self, point, repeat))
-        if self.window_elements is not None and "slots" not in opts:
-            cfg.slots = slots_for(self.window_elements, cfg)
+        cfg = RunConfig.from_dict(self.base, where).with_overrides(
+            {**point.options, "results_dir": str(sweep_dir / "runs"),
+             "run_id": run_id(self, point, repeat)}, where)
+        if self.window_elements is not None and "slots" not in {**self.base, **point.options}:
+            cfg.workload.slots = slots_for(self.window_elements, cfg)
         if "seed" not in point.options:  # repeats differ in the agents' random streams
-            cfg.seed += repeat - 1
+            cfg.workload.seed += repeat - 1
         return cfg
 
 
@@ -165,7 +167,10 @@ def _apply_quick(data: dict, where: str) -> dict:
     out = dict(data)
     for key, value in quick.items():
         if key in ("base", "grid") and isinstance(value, dict):
-            out[key] = {**(data.get(key) or {}), **value}
+            old = data.get(key) or {}
+            out[key] = ({**flatten(_mapping(old, f"{where}: base"), where),
+                         **flatten(value, f"{where}: quick")}
+                        if key == "base" else {**old, **value})
         else:
             out[key] = value
     return out
@@ -183,6 +188,19 @@ def _whole(value, where: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise SweepError(f"{where} must be a whole number in {low}..{high}, got {value!r}")
     return value
+
+
+def flatten(opts: dict, where: str) -> dict:
+    """Run options by name: a section of the tree (``network: {topo: star}``) stands
+    for its options; SweepError for an option given twice."""
+    out: dict = {}
+    for key, value in opts.items():
+        part = value if key in SECTIONS and isinstance(value, dict) else {key: value}
+        twice = sorted(str(k) for k in set(part) & set(out))
+        if twice:
+            raise SweepError(f"{where}: {', '.join(twice)} given twice")
+        out.update(part)
+    return out
 
 
 def _options(opts: dict, where: str):
@@ -249,8 +267,8 @@ def trace_names(spec: "Spec") -> set[str]:
 def slots_for(elements: int, cfg: RunConfig) -> int:
     """Slots a job of ``cfg`` needs to keep ``elements`` values in flight: one slot
     carries payload words x lanes values (the widest format of the run's jobs)."""
-    per_slot = min(cfg.payload_words * LaneFormat(b, cfg.workers, cfg.pack).lanes
-                   for b in cfg.job_bits())
+    fmt = [LaneFormat(b, cfg.workload.workers, cfg.compression.pack) for b in cfg.job_bits()]
+    per_slot = min(cfg.network.payload_words * f.lanes for f in fmt)
     return max(1, math.ceil(elements / per_slot))
 
 
@@ -260,7 +278,7 @@ def run_id(spec: Spec, point: Point, repeat: int) -> str:
 
 def comparable(cfg: RunConfig) -> dict:
     """What must match for a stored run to count as this point's."""
-    out = asdict(cfg)
+    out = cfg.flat_dict()
     out.pop("results_dir")
     out.pop("trace_dirs")
     try:  # the full topology spec: a run stored before specs were recorded matches too
@@ -288,7 +306,7 @@ class Task:
 
     @property
     def directory(self) -> Path | None:
-        return Path(self.cfg.results_dir) / self.cfg.run_id if self.cfg else None
+        return Path(self.cfg.output.results_dir) / self.cfg.output.run_id if self.cfg else None
 
 
 def plan(spec: Spec, sweep_dir: Path) -> list[Task]:
@@ -310,7 +328,7 @@ def plan(spec: Spec, sweep_dir: Path) -> list[Task]:
                 tasks.append(Task(point, repeat, None, str(exc)))
                 continue
             except TraceMissing as exc:
-                if cfg.trace not in recorded:
+                if cfg.training.trace not in recorded:
                     raise SweepError(f"{spec.path}: point {point.index} "
                                      f"({point.describe()}): {exc}") from None
             except ConfigError as exc:

@@ -51,14 +51,11 @@ def run_row(directory: Path) -> dict:
 
 
 def config_row(cfg) -> dict:
-    return {"topo": cfg.topo, "target": cfg.target, "mode": cfg.mode, "jobs": cfg.jobs,
-            "workers": cfg.workers, "bits": "-".join(map(str, cfg.bits)),
-            "quantizer": cfg.quantizer, "compress": cfg.compress,
-            "payload_words": cfg.payload_words, "pack": cfg.pack, "bw": cfg.bw,
-            "delay": cfg.delay, "loss": cfg.loss, "slots": cfg.slots,
-            "pool_slots": cfg.pool_slots, "trace": cfg.trace, "iterations": cfg.iterations,
-            "levels": cfg.levels, "leaves": cfg.leaves, "arrivals": cfg.arrivals,
-            "allocation": cfg.allocation}
+    """The run's options of ``CONFIG_COLUMNS``, read from its configuration tree."""
+    options = cfg.flat_dict()
+    row = {k: options[k] for k in CONFIG_COLUMNS}
+    row["bits"] = "-".join(map(str, row["bits"]))
+    return row
 
 
 def write(path: Path, axes: list[str], rows: list[dict]):

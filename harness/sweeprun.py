@@ -70,7 +70,7 @@ def _row(spec: Spec, t: Task) -> dict | None:
         cfg = spec.config(t.point, Path("."), t.repeat)
         row.update(sweepcsv.config_row(cfg), status="refused", note=t.refused, jobs_fit=0)
     elif t.directory.exists():
-        row.update(sweepcsv.config_row(t.cfg), run_id=t.cfg.run_id,
+        row.update(sweepcsv.config_row(t.cfg), run_id=t.cfg.output.run_id,
                    **sweepcsv.run_row(t.directory))
     else:
         return None
@@ -111,8 +111,8 @@ def run_sweep(spec: Spec, sweep_dir: Path, echo, retry_failed: bool = True) -> d
             rows.pop(k, None)
             if task.directory.exists():
                 kept = set_aside(task.directory)
-                log.write(f"kept the unfinished {task.cfg.run_id} as {kept.name}\n")
-            log.write(f"\n== {task.cfg.run_id}: {task.point.describe()} "
+                log.write(f"kept the unfinished {task.cfg.output.run_id} as {kept.name}\n")
+            log.write(f"\n== {task.cfg.output.run_id}: {task.point.describe()} "
                       f"(repeat {task.repeat})\n")
             t0 = time.monotonic()
             status, signalled = _one(Run, task, log)
@@ -121,11 +121,11 @@ def run_sweep(spec: Spec, sweep_dir: Path, echo, retry_failed: bool = True) -> d
             rows.pop(k, None)
             sweepcsv.write(csv_path, axes, collect(spec, tasks, rows))
             left = (time.monotonic() - start) / (n + 1) * (len(todo) - n - 1)
-            echo(f"{bar(done, len(tasks))} {task.cfg.run_id} {task.point.describe()} "
+            echo(f"{bar(done, len(tasks))} {task.cfg.output.run_id} {task.point.describe()} "
                  f"r{task.repeat}: {status} in {time.monotonic() - t0:.1f} s"
                  + (f", about {_duration(left)} left" if n + 1 < len(todo) else ""))
             if status == "interrupted" or signalled:
-                raise SweepInterrupted(task.cfg.run_id)
+                raise SweepInterrupted(task.cfg.output.run_id)
     except KeyboardInterrupt:
         raise SweepInterrupted(None) from None
     finally:

@@ -20,7 +20,7 @@ it with the result. With a window of W slots and C chunks per iteration, P = min
 * before iteration 0, a warm-up round of P zero chunks carries iteration 0's first P
   exponents, so iteration 0 uses exact scales throughout.
 
-GradiVeQ (``compress="gradiveq"``, hosts/gradiveq.py): the first ``gvq_fit_iterations``
+GradiVeQ (``compress="gradiveq"``, hosts/gradiveq.py): the first ``gvq_fit``
 iterations, and with ``gvq_refresh`` = R every (R + 1)-th after them, are aggregated
 uncompressed at 32 bits (exact data); every worker fits the same per-layer bases to
 the identical aggregates it received (no extra communication), and the other
@@ -45,17 +45,18 @@ import statistics
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..p4.header import QAINA_UDP_PORT, QAINA_WORDS, wire
+from ..p4.header import QAINA_UDP_PORT, wire
 from . import kernels
 from .ps import PS_PORT, PSClient, PSError
 from .ring import Ring, RingError
 from .compression import COMPRESSORS, CodecConfig, WorkerCodec
 from .sources import LiveTraining, TraceReplay
+from ..settings import ConfigError, Settings
 from .traces import TraceError
 from .transport import ExchangeStats, SlotStream, StreamStalled
 DEFAULT_HEADROOM = 1  # predicted scales x2 for b <= 8
@@ -64,14 +65,14 @@ DEFAULT_HEADROOM_32 = 8  # x256 for the 32-bit fixed point
 
 @dataclass
 class AgentConfig:
-    """Everything one agent needs; written by the harness as JSON."""
+    """Everything one agent needs: the run's configuration tree (``settings.py``) and
+    this agent's own part; written by the harness as JSON."""
 
+    run: Settings
     job_id: int
     worker: int
-    workers: int
-    bits: int
-    trace: str  # path of the trace set
-    iterations: int
+    bits: int  # the job's bit width
+    trace: str  # path of the trace set ("" when the run trains)
     aggregator: str  # IPv4 address of the job's aggregating switch
     slot_base: int
     slots: int  # window: slots of the job's range this agent cycles through
@@ -79,42 +80,26 @@ class AgentConfig:
     trace_worker: int | None = None  # which trace worker to replay (default: worker)
     shared_slots: int = 0  # --allocation shared: chunks hashed onto slots shared_base..
     shared_base: int = 0  # .. shared_base + shared_slots - 1 (0 slots: the job's range)
-    seed: int = 0
-    headroom: int | None = None  # code steps added to predicted scales (None: adaptive)
-    quantizer: str = "maxpow2"  # scale rule (hosts/compression.py)
-    bucket: int = 512  # qsgd: elements per norm
-    error_feedback: bool = False
-    port: int = QAINA_UDP_PORT
-    rto_min: float = 0.1  # scheduling stalls of tens of ms are normal on a shared 2-core box
-    rto_max: float = 1.0
-    stall_timeout: float = 30.0
     wire_worker: int | None = None  # index in its packets if not ``worker`` (two levels)
     start_file: str | None = None  # start once this file exists; it may hold {"slot_base": N}
     start_timeout: float = 120.0
-    record_levels: bool = False  # keep own levels and received sums (for verification)
-    compress: str = "none"  # "none" or "gradiveq"
-    mode: str = "ina"  # "ina": through the switch; "ring" or "ps": host-based baselines
     ring_peers: list | None = None  # ring mode: the job's workers' addresses, in order
-    ring_port: int = 20802
     ps_address: str | None = None  # ps mode: the job's parameter server
+    port: int = QAINA_UDP_PORT
+    ring_port: int = 20802
     ps_port: int = PS_PORT
-    payload_words: int = QAINA_WORDS  # words per packet: the switch's qaina.p4 build
-    packed: bool = True  # False: one value per word (the baseline that isolates packing)
-    gvq_d: int = 64  # GradiVeQ slice length
-    gvq_k: int = 8  # GradiVeQ coefficients per slice
-    gvq_fit_iterations: int = 1  # exact iterations whose aggregates fit the bases
-    gvq_refresh: int = 0  # R > 0: every (R + 1)-th later iteration refreshes them
-    train: bool = False  # closed loop: train the digits job instead of replaying a trace
-    model: str = "mlp"
-    lr: float = 0.3
-    batch_size: int = 32
-    hidden: list = field(default_factory=lambda: [64, 32])
-    width: int = 24
-    eval_every: int = 10
+    rto_min: float = 0.1  # scheduling stalls of tens of ms are normal on a shared 2-core box
+    rto_max: float = 1.0
+    stall_timeout: float = 30.0
 
     @classmethod
     def load(cls, path) -> "AgentConfig":
-        return cls(**json.loads(Path(path).read_text()))
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("run"), dict):
+            raise ConfigError(f"{path}: an agent configuration holds the run's tree "
+                              "under 'run'")
+        run = Settings.from_dict(data.pop("run"), f"{path}: run")
+        return cls(run=run, **data)
 
     def save(self, path):
         Path(path).write_text(json.dumps(asdict(self), indent=1))
@@ -146,51 +131,53 @@ class Agent:
 
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
+        work, comp, words = cfg.run.workload, cfg.run.compression, cfg.run.network.payload_words
         try:
-            self.wire = wire(cfg.payload_words)
-            if cfg.quantizer == "none" and (cfg.mode == "ina" or cfg.bits != 32):
+            self.wire = wire(words)
+            if comp.quantizer == "none" and (work.mode == "ina" or cfg.bits != 32):
                 raise ValueError("quantizer none (float32 sums) is for --mode ring or ps at "
                                  "32 bits")
-            self.float = cfg.quantizer == "none"
-            self.codec = WorkerCodec(CodecConfig(cfg.bits, cfg.workers,
-                                                 "maxpow2" if self.float else cfg.quantizer,
-                                                 cfg.bucket, cfg.error_feedback, cfg.headroom,
-                                                 cfg.packed),
-                                     np.random.default_rng([cfg.seed, cfg.job_id, cfg.worker]),
-                                     cfg.payload_words)
+            self.float = comp.quantizer == "none"
+            self.codec = WorkerCodec(CodecConfig(cfg.bits, work.workers,
+                                                 "maxpow2" if self.float else comp.quantizer,
+                                                 comp.bucket, comp.error_feedback, comp.headroom,
+                                                 comp.pack),
+                                     np.random.default_rng([work.seed, cfg.job_id, cfg.worker]),
+                                     words)
         except ValueError as exc:
             raise AgentError(str(exc)) from None
         self.fmt = self.codec.fmt
         try:
-            if cfg.train:
-                self.source = LiveTraining(cfg.worker, cfg.workers, cfg.iterations,
-                                           cfg.model, cfg.seed, cfg.lr, cfg.batch_size,
-                                           tuple(cfg.hidden), cfg.width, cfg.eval_every)
+            if cfg.run.training.train:
+                t = cfg.run.training
+                self.source = LiveTraining(cfg.worker, work.workers, work.iterations,
+                                           t.model, work.seed, t.lr, t.batch_size,
+                                           tuple(t.hidden), t.width, t.eval_every)
             else:
                 self.source = TraceReplay(cfg.trace, cfg.worker if cfg.trace_worker is None
-                                          else cfg.trace_worker, cfg.workers, cfg.iterations)
+                                          else cfg.trace_worker, work.workers, work.iterations)
         except (ValueError, TraceError) as exc:
             raise AgentError(str(exc)) from None
         self.elements = self.source.elements
         self.gvq = None  # the compressor (--compress), GradiVeQ's by default
-        if cfg.compress != "none":
+        if comp.compress != "none":
             try:
-                self.gvq = COMPRESSORS.get(cfg.compress)(
-                    self.source.layers, d=cfg.gvq_d, k=cfg.gvq_k,
-                    fit=cfg.gvq_fit_iterations, refresh=cfg.gvq_refresh)
+                self.gvq = COMPRESSORS.get(comp.compress)(
+                    self.source.layers, d=comp.gvq_d, k=comp.gvq_k,
+                    fit=comp.gvq_fit, refresh=comp.gvq_refresh)
             except ValueError as exc:
-                raise AgentError(f"--compress {cfg.compress}: {exc}") from None
+                raise AgentError(f"--compress {comp.compress}: {exc}") from None
             # Exact iterations: 32-bit fixed point, whatever the job's bits.
-            self.exact_codec = WorkerCodec(CodecConfig(32, cfg.workers), np.random.default_rng(
-                [cfg.seed, cfg.job_id, cfg.worker, 32]), cfg.payload_words)
-        if cfg.mode not in ("ina", "ring", "ps"):
-            raise AgentError(f"unknown mode {cfg.mode!r}: ina, ring or ps")
+            self.exact_codec = WorkerCodec(CodecConfig(32, work.workers), np.random.default_rng(
+                [work.seed, cfg.job_id, cfg.worker, 32]), words)
+        if work.mode not in ("ina", "ring", "ps"):
+            raise AgentError(f"unknown mode {work.mode!r}: ina, ring or ps")
         self.ring = None  # the host-based collective of ring and ps modes
-        if cfg.mode == "ring":
-            if not cfg.ring_peers or len(cfg.ring_peers) != cfg.workers:
+        if work.mode == "ring":
+            if not cfg.ring_peers or len(cfg.ring_peers) != work.workers:
                 raise AgentError("ring mode needs the addresses of all the job's workers")
             self.ring = Ring(cfg.worker, [(a, cfg.ring_port) for a in cfg.ring_peers])
-        elif cfg.mode == "ps":
+        elif work.mode == "ps":
             if not cfg.ps_address:
                 raise AgentError("ps mode needs the address of the job's parameter server")
             self.ring = PSClient(cfg.worker, (cfg.ps_address, cfg.ps_port))
@@ -203,7 +190,7 @@ class Agent:
         index = cfg.worker if cfg.wire_worker is None else cfg.wire_worker
         self.stream = SlotStream(self.sock, (cfg.aggregator, cfg.port), cfg.job_id, index,
                                  cfg.slot_base, cfg.slots, cfg.rto_min, cfg.rto_max,
-                                 cfg.stall_timeout, cfg.payload_words,
+                                 cfg.stall_timeout, words,
                                  (cfg.shared_base, cfg.shared_slots) if cfg.shared_slots
                                  else None)
         self.out = open(cfg.output, "w", buffering=1)
@@ -264,7 +251,7 @@ class Agent:
         P, W = self.predicted_count(C), self.window
         scale = np.zeros(C, dtype=np.int8)
         scale[:P] = predicted
-        keep = codec.error_feedback or self.cfg.record_levels  # this worker's levels
+        keep = codec.error_feedback or self.cfg.run.output.record_levels  # this worker's levels
         levels = np.zeros(n if keep else 0, dtype=np.int32)
         encode_s = [0.0]
 
@@ -279,9 +266,9 @@ class Agent:
             encode_s[0] += time.perf_counter() - t
 
         words_back, agreed, stats = self._exchange(self.carried(own), encode)
-        sums = np.zeros(n if self.cfg.record_levels else 0, dtype=np.int64)
+        sums = np.zeros(n if self.cfg.run.output.record_levels else 0, dtype=np.int64)
         total = codec.dequantize_words(words_back, scale, n,
-                                       sums if self.cfg.record_levels else None)
+                                       sums if self.cfg.run.output.record_levels else None)
         # The last P results carry the true maxima of the first P chunks: how many of
         # their predicted scales fell short is known alike to every worker.
         short = int(np.count_nonzero(agreed[C - P:] > scale[:P]))
@@ -348,7 +335,7 @@ class Agent:
         exact = self.source.exact(i)
         err = None if exact is None else float(kernels.relative_error(aggregate, exact))
         learned = self.source.apply(i, aggregate)
-        if self.cfg.record_levels:
+        if self.cfg.run.output.record_levels:
             self.levels_record[f"levels_{i}"] = a.levels
             self.levels_record[f"sums_{i}"] = a.sums.astype(np.int64)
             self.levels_record[f"aggregate_{i}"] = a.total
@@ -384,11 +371,13 @@ class Agent:
         if self.ring is not None:
             self.ring.connect(timeout=cfg.start_timeout)
         kernels.warm()  # compiled (or loaded) before the timed part
-        self._emit(type="start", mode=cfg.mode, job_id=cfg.job_id, worker=cfg.worker, bits=cfg.bits,
-                   lanes=self.fmt.lanes, lane_width=self.fmt.width, elements=self.elements,
-                   window=self.window, trace=self.source.name, compress=cfg.compress,
+        comp = cfg.run.compression
+        self._emit(type="start", mode=cfg.run.workload.mode, job_id=cfg.job_id,
+                   worker=cfg.worker, bits=cfg.bits, lanes=self.fmt.lanes,
+                   lane_width=self.fmt.width, elements=self.elements, window=self.window,
+                   trace=self.source.name, compress=comp.compress,
                    payload_words=self.wire.words, packed=self.fmt.packed,
-                   quantizer=cfg.quantizer)
+                   quantizer=comp.quantizer)
         if cfg.start_file:
             deadline = time.monotonic() + cfg.start_timeout
             while not Path(cfg.start_file).exists():
@@ -401,7 +390,7 @@ class Agent:
                 self.stream.slot_base = int(json.loads(given)["slot_base"])
         usage0 = resource.getrusage(resource.RUSAGE_SELF)
         predicted, size = None, None
-        for i in range(cfg.iterations):
+        for i in range(cfg.run.workload.iterations):
             a = self.iteration(i, predicted)
             # The next vector has this one's shape and format unless GradiVeQ switches
             # between exact and compressed iterations.
@@ -409,7 +398,7 @@ class Agent:
             predicted = (self.codec_for(i).predict(a.next_scales, a.top, a.short)
                          if same and self.ring is None else None)
             size = len(a.total)
-        if cfg.record_levels:
+        if cfg.run.output.record_levels:
             np.savez(Path(cfg.output).with_suffix(".npz"), **self.levels_record)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         # CPU time of the iterations (warm-ups included), not of loading the trace

@@ -14,6 +14,10 @@ import numpy as np
 from .models import NumpyMLP, TorchModel, TorchResNet
 from .traces import TraceError, TraceSet, default_record_dir, write_trace
 from .training import DIGITS, DataParallelJob
+from ..settings import Training
+
+#: the training options' one default (``settings.Training``, as ``up --train`` has them)
+TRAINING = Training()
 
 RECORDER = "qaina_bench.hosts.recorder"
 RECORDER_VERSION = 1
@@ -22,9 +26,9 @@ RECORDER_VERSION = 1
 #: options; a few seconds each on 2 cores, 12 MB and 39 MB as float16)
 RECIPES = {
     "digits-mlp-wide": dict(model="mlp", hidden=(512, 256), workers=8, iterations=6,
-                            dtype="float16"),
+                            learning_rate=0.1, dtype="float16"),
     "digits-mlp-1m": dict(model="mlp", hidden=(1024, 1024), workers=4, iterations=6,
-                          dtype="float16"),
+                          learning_rate=0.1, dtype="float16"),
 }
 
 
@@ -52,8 +56,9 @@ def ensure(name: str, dirs=None, log=None, recipe: dict | None = None) -> Path:
 
 
 def record(name: str, out_dir=None, model: str = "mlp", workers: int = 8,
-           iterations: int = 12, seed: int = 0, *, batch_size: int = 32,
-           learning_rate: float = 0.1, hidden=(128, 64), width: int = 24,
+           iterations: int = 12, seed: int = 0, *, batch_size: int = TRAINING.batch_size,
+           learning_rate: float = TRAINING.lr, hidden=tuple(TRAINING.hidden),
+           width: int = TRAINING.width,
            test_fraction: float = 0.2, dtype: str = "float32", overwrite: bool = False,
            log=None) -> TraceSet:
     """Train ``model`` data-parallel on the digits and write every worker's gradients.

@@ -33,12 +33,12 @@ def test_poisson_arrivals_are_seeded_and_start_at_zero():
 
 def test_run_config_checks_arrivals_and_lets_jobs_queue_for_the_pool():
     with pytest.raises(ConfigError, match="one per job"):
-        RunConfig(jobs=2, arrivals="0", trace="digits-mlp").check()
+        RunConfig.flat(jobs=2, arrivals="0", trace="digits-mlp").check()
     with pytest.raises(ConfigError, match="--arrivals"):  # the hint names the option
-        RunConfig(jobs=3, slots=32, pool_slots=64, trace="digits-mlp").check()
-    RunConfig(jobs=3, slots=32, pool_slots=64, arrivals="0,0,0", trace="digits-mlp").check()
+        RunConfig.flat(jobs=3, slots=32, pool_slots=64, trace="digits-mlp").check()
+    RunConfig.flat(jobs=3, slots=32, pool_slots=64, arrivals="0,0,0", trace="digits-mlp").check()
     with pytest.raises(ConfigError, match="more slots than the pool"):
-        RunConfig(jobs=1, slots=65, pool_slots=64, arrivals="0", trace="digits-mlp").check()
+        RunConfig.flat(jobs=1, slots=65, pool_slots=64, arrivals="0", trace="digits-mlp").check()
 
 
 def test_slot_pool_gives_first_fit_contiguous_ranges():

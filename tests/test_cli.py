@@ -59,15 +59,15 @@ def test_config_file_errors(tmp_path):
     code, out = run_cli("run", str(bad))
     assert code != 0 and "not valid YAML" in out
     good = tmp_path / "good.yaml"
-    good.write_text(RunConfig(topo="star", jobs=1, bits=[8]).to_yaml())
+    good.write_text(RunConfig.flat(topo="star", jobs=1, bits=[8]).to_yaml())
     cfg = RunConfig.from_yaml(good)
-    assert cfg.topo == "star" and cfg.bits == [8] and cfg.jobs == 1
+    assert cfg.network.topo == "star" and cfg.workload.bits == [8] and cfg.workload.jobs == 1
 
 
 def test_bmv2_target_says_what_is_missing(monkeypatch):
     monkeypatch.setattr(config_mod, "bmv2_missing", lambda: "simple_switch_grpc not on PATH")
     with pytest.raises(ConfigError, match="--target bmv2: simple_switch_grpc not on PATH"):
-        RunConfig(target="bmv2").check()
+        RunConfig.flat(target="bmv2").check()
 
 
 def test_without_root_says_to_use_sudo(monkeypatch):
@@ -102,7 +102,7 @@ def test_traces_record_writes_a_set_that_runs(tmp_path):
     assert code == 0, out
     code, out = run_cli("traces", "list", "--trace-dir", str(tmp_path))
     assert code == 0 and "tiny" in out
-    cfg = RunConfig(trace="tiny", trace_dirs=[str(tmp_path)], workers=2, iterations=2, jobs=1)
+    cfg = RunConfig.flat(trace="tiny", trace_dirs=[str(tmp_path)], workers=2, iterations=2, jobs=1)
     assert cfg.check().workers == 2
 
 
@@ -121,13 +121,20 @@ def test_traces_record_writes_a_set_that_runs(tmp_path):
 def test_each_bad_field_of_a_saved_config_is_one_line(tmp_path, line, fragment):
     """One edited field of a saved config.yaml: refused before anything starts."""
     import yaml
-    saved = yaml.safe_load(RunConfig(topo="star", jobs=1, results_dir=str(tmp_path)).to_yaml())
-    saved.pop(line.split(":")[0])
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(saved) + line + "\n")
-    code, out = run_cli("run", str(path))
-    assert code != 0 and fragment in out, out
-    assert "Traceback" not in out and len(out.strip().splitlines()) == 1
+    from qaina_bench.settings import SECTION_OF
+    saved = yaml.safe_load(RunConfig.flat(topo="star", jobs=1, results_dir=str(tmp_path)).to_yaml())
+    key = line.split(":")[0]
+    saved[SECTION_OF[key]].pop(key)
+    nested = tmp_path / "config.yaml"  # as a run saves it, the field edited in its section
+    nested.write_text(yaml.safe_dump(saved).replace(
+        f"{SECTION_OF[key]}:\n", f"{SECTION_OF[key]}:\n  {line}\n"))
+    flat = tmp_path / "flat.yaml"  # as runs before the tree saved it
+    flat.write_text(yaml.safe_dump({k: v for section in saved.values() for k, v in
+                                    section.items()}) + line + "\n")
+    for path in (nested, flat):
+        code, out = run_cli("run", str(path))
+        assert code != 0 and fragment in out, out
+        assert "Traceback" not in out and len(out.strip().splitlines()) == 1
 
 
 def test_config_files_that_are_not_configs(tmp_path):
@@ -149,7 +156,7 @@ def test_bits_as_a_comma_list_in_a_config_file(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text("topo: star\njobs: 2\nbits: 4,32\n")
     cfg = RunConfig.from_yaml(path)
-    assert cfg.bits == [4, 32] and cfg.job_bits() == [4, 32]
+    assert cfg.workload.bits == [4, 32] and cfg.job_bits() == [4, 32]
 
 
 @pytest.mark.root  # the results directory is checked after root
@@ -181,7 +188,7 @@ def test_one_broken_result_set_does_not_break_the_listing(tmp_path):
 
 def test_qsgd_with_error_feedback_at_two_bits_is_refused():
     with pytest.raises(ConfigError, match="would send nothing"):
-        RunConfig(bits=[2], quantizer="qsgd", error_feedback=True).check()
+        RunConfig.flat(bits=[2], quantizer="qsgd", error_feedback=True).check()
 
 
 def test_eval_compression_prints_a_row_per_scheme():
@@ -227,7 +234,7 @@ def test_a_known_recipe_is_recorded_on_first_use_with_progress(tmp_path, monkeyp
     monkeypatch.setenv("QAINA_TRACE_DIR", str(tmp_path))
     monkeypatch.setitem(recorder.RECIPES, "tiny-recipe",
                         dict(model="mlp", hidden=(8,), workers=2, iterations=3))
-    cfg = RunConfig(trace="tiny-recipe", workers=2, iterations=3)
+    cfg = RunConfig.flat(trace="tiny-recipe", workers=2, iterations=3)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     record_on_first_use(cfg)  # without root: `up` stops before anything is recorded
     assert not (tmp_path / "tiny-recipe").exists()

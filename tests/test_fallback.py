@@ -110,13 +110,13 @@ def test_what_is_not_a_chunk_of_the_job_is_refused(datagram):
 
 def test_the_shared_policy_is_checked_with_the_run_options():
     with pytest.raises(ConfigError, match="--mode ina"):
-        RunConfig(allocation="shared", mode="ring", trace="digits-mlp").check()
+        RunConfig.flat(allocation="shared", mode="ring", trace="digits-mlp").check()
     with pytest.raises(ConfigError, match="--levels 1"):
-        RunConfig(allocation="shared", levels=2, trace="digits-mlp").check()
+        RunConfig.flat(allocation="shared", levels=2, trace="digits-mlp").check()
     with pytest.raises(ConfigError, match="static .* or shared"):
-        RunConfig(allocation="pooled", trace="digits-mlp").check()
+        RunConfig.flat(allocation="pooled", trace="digits-mlp").check()
     # windows that overlap in a small pool are the point of sharing
-    RunConfig(allocation="shared", jobs=4, slots=16, pool_slots=16, trace="digits-mlp").check()
+    RunConfig.flat(allocation="shared", jobs=4, slots=16, pool_slots=16, trace="digits-mlp").check()
 
 
 def test_the_fallback_host_process_answers_over_udp_and_writes_its_counts(tmp_path):

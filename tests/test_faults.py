@@ -149,7 +149,7 @@ def test_ctrl_c_while_a_finished_run_is_torn_down_is_not_lost(tmp_path, monkeypa
         teardown(self)
 
     monkeypatch.setattr(Run, "_teardown", teardown_with_a_ctrl_c)
-    cfg = RunConfig(results_dir=str(tmp_path), topo="star", jobs=1, workers=2,
+    cfg = RunConfig.flat(results_dir=str(tmp_path), topo="star", jobs=1, workers=2,
                     iterations=2, run_id="late-ctrl-c")
     with pytest.raises(SystemExit) as ended:
         cli_module.execute(cfg)
@@ -223,7 +223,7 @@ def test_a_switch_that_dies_is_named_with_its_log_and_nothing_is_left(tmp_path, 
         return [sys.executable, "-c", "import sys; print('bad switch build'); sys.exit(3)"]
 
     monkeypatch.setattr(targets.EmbeddedTarget, "command", broken)
-    cfg = RunConfig(results_dir=str(tmp_path), topo="star", jobs=1, workers=2, iterations=1,
+    cfg = RunConfig.flat(results_dir=str(tmp_path), topo="star", jobs=1, workers=2, iterations=1,
                     run_id="dead-switch")
     run = Run(cfg, echo=lambda *a, **k: None)
     with pytest.raises(TargetError) as err:

@@ -84,7 +84,7 @@ def judge(bw, switch_wait_per_s=0.25, rows=ROWS, data=None):
             "processes": [{"name": "switch s1", "job": None},
                           {"name": "agent j1w0", "job": 1}, {"name": "agent j2w0", "job": 2}]}
     job = {"job_id": 1, "hosts": ["h1", "h2"]}
-    return summary_fidelity(job, rows, data or series(switch_wait_per_s), RunConfig(bw=bw),
+    return summary_fidelity(job, rows, data or series(switch_wait_per_s), RunConfig.flat(bw=bw),
                             meta)
 
 

@@ -27,7 +27,7 @@ needs_cpu_limit = pytest.mark.skipif(os.geteuid() == 0 and limit_problem() is no
 
 
 def execute(tmp_path, **kw):
-    cfg = RunConfig(results_dir=str(tmp_path), **kw)
+    cfg = RunConfig.flat(results_dir=str(tmp_path), **kw)
     run = Run(cfg, echo=lambda *a, **k: None)
     return run.execute(), run
 

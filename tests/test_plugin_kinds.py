@@ -67,7 +67,7 @@ def test_a_bad_spec_is_one_line(text, message):
         parse_topo(text)
     assert message in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="^[^\n]+$"):
-        RunConfig(topo=text).check()
+        RunConfig.flat(topo=text).check()
 
 
 def test_a_topology_plugin_must_be_a_qaina_topology(monkeypatch):
@@ -82,47 +82,47 @@ def test_the_dumbbell_bottleneck_shapes_only_the_middle_link():
     topo = DumbbellTopo(hosts=4, link=LinkParams(bw=10.0), bottleneck=2.0)
     assert topo.linkInfo("s1", "s2")["bw"] == 2.0
     assert topo.linkInfo("h1", "s1")["bw"] == 10.0 and topo.linkInfo("h2", "s2")["bw"] == 10.0
-    cfg = RunConfig(topo="dumbbell,bottleneck=2", bw=10.0, jobs=1, workers=4)
+    cfg = RunConfig.flat(topo="dumbbell,bottleneck=2", bw=10.0, jobs=1, workers=4)
     assert build_topology(cfg).linkInfo("s1", "s2")["bw"] == 2.0
     assert DumbbellTopo(hosts=2, link=LinkParams(bw=10.0)).linkInfo("s1", "s2")["bw"] == 10.0
 
 
 def test_spines_and_leaves_are_aliases_folded_into_the_spec():
-    cfg = RunConfig(topo="leafspine", spines=3, leaves=4)
+    cfg = RunConfig.flat(topo="leafspine", spines=3, leaves=4)
     topo = build_topology(cfg)  # without check(), as a test or the sweep may build it
     assert sorted(s for s in topo.switches()) == ["lf1", "lf2", "lf3", "lf4", "sp1", "sp2",
                                                    "sp3"]
     cfg.check()
-    assert (cfg.topo, cfg.spines, cfg.leaves) == ("leafspine,spines=3,leaves=4", 3, 4)
+    assert (cfg.network.topo, cfg.network.spines, cfg.network.leaves) == ("leafspine,spines=3,leaves=4", 3, 4)
     cfg.check()  # what config.yaml records checks again to the same
-    assert cfg.topo == "leafspine,spines=3,leaves=4"
+    assert cfg.network.topo == "leafspine,spines=3,leaves=4"
     # the spec wins over an alias left at its default, and both at once must agree
-    cfg = RunConfig(topo="leafspine,leaves=3")
+    cfg = RunConfig.flat(topo="leafspine,leaves=3")
     cfg.check()
-    assert (cfg.topo, cfg.leaves) == ("leafspine,spines=2,leaves=3", 3)
+    assert (cfg.network.topo, cfg.network.leaves) == ("leafspine,spines=2,leaves=3", 3)
     with pytest.raises(ConfigError, match="sets leaves=3 and --leaves 4: give it once"):
-        RunConfig(topo="leafspine,leaves=3", leaves=4).check()
+        RunConfig.flat(topo="leafspine,leaves=3", leaves=4).check()
     with pytest.raises(ConfigError, match="with --spines: spines=0 is below"):
-        RunConfig(topo="leafspine", spines=0).check()
-    star = RunConfig(topo="star", spines=5)  # a topology without the parameter ignores it
+        RunConfig.flat(topo="leafspine", spines=0).check()
+    star = RunConfig.flat(topo="star", spines=5)  # a topology without the parameter ignores it
     star.check()
-    assert star.topo == "star"
+    assert star.network.topo == "star"
 
 
 def test_a_sweep_resumes_runs_stored_with_the_topology_s_short_name():
     from qaina_bench.harness.sweep import comparable
-    stored = RunConfig(topo="leafspine", leaves=4)  # a config.yaml from before specs
-    planned = RunConfig(topo="leafspine", leaves=4)
+    stored = RunConfig.flat(topo="leafspine", leaves=4)  # a config.yaml from before specs
+    planned = RunConfig.flat(topo="leafspine", leaves=4)
     planned.check()
-    assert planned.topo == "leafspine,spines=2,leaves=4"
+    assert planned.network.topo == "leafspine,spines=2,leaves=4"
     assert comparable(stored) == comparable(planned)
-    assert comparable(RunConfig(topo="leafspine", leaves=3)) != comparable(planned)
+    assert comparable(RunConfig.flat(topo="leafspine", leaves=3)) != comparable(planned)
 
 
 def test_the_run_id_names_the_parameters_that_differ_from_their_defaults():
-    assert new_run_id(RunConfig(topo="leafspine,2,4"))[16:].startswith(
+    assert new_run_id(RunConfig.flat(topo="leafspine,2,4"))[16:].startswith(
         "leafspine-leaves4-ina-j2w4b4")
-    assert new_run_id(RunConfig(leaves=4))[16:].startswith("leafspine-leaves4-ina-")
+    assert new_run_id(RunConfig.flat(leaves=4))[16:].startswith("leafspine-leaves4-ina-")
 
 
 # -- quantizers and compressors ----------------------------------------------------------
@@ -136,9 +136,9 @@ def test_the_built_in_quantizers_and_compressors_are_registered():
         scale_rule("nope", 160)
     with pytest.raises(ConfigError, match="--quantizer 'nope': use one of maxpow2, maxfine, "
                                           "qsgd.* or none$"):
-        RunConfig(quantizer="nope").check()
+        RunConfig.flat(quantizer="nope").check()
     with pytest.raises(ConfigError, match="--compress 'zip': use one of gradiveq.* or none$"):
-        RunConfig(compress="zip").check()
+        RunConfig.flat(compress="zip").check()
 
 
 def test_a_rule_with_its_own_steps_codes_the_smallest_scale_above_the_statistic():

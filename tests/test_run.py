@@ -27,21 +27,21 @@ def test_the_default_run_id_is_the_time_and_what_ran():
 
 
 def test_every_setting_that_differs_from_the_default_is_in_the_name():
-    cfg = RunConfig(topo="star", jobs=1, workers=8, bits=[4, 32], pack=False,
+    cfg = RunConfig.flat(topo="star", jobs=1, workers=8, bits=[4, 32], pack=False,
                     payload_words=256, quantizer="qsgd", error_feedback=True, bw=1.5,
                     loss=1.0, host_cpu=0.5, target="bmv2")
     assert new_run_id(cfg)[16:] == ("star-ina-j1w8b4-32-unpacked-pw256-qsgd-ef-digits-mlp-"
                                     "bw1.5-loss1-cpu0.5-bmv2")
-    cfg = RunConfig(compress="gradiveq", delay="1ms")
+    cfg = RunConfig.flat(compress="gradiveq", delay="1ms")
     assert new_run_id(cfg)[16:] == "leafspine-ina-j2w4b4-gradiveq-digits-mlp-delay1ms"
-    assert new_run_id(RunConfig(mode="ring", train=True, model="cnn"))[16:] == \
+    assert new_run_id(RunConfig.flat(mode="ring", train=True, model="cnn"))[16:] == \
         "leafspine-ring-j2w4b4-train-cnn"
 
 
 def test_the_run_id_is_a_safe_name_of_at_most_100_characters():
-    run_id = new_run_id(RunConfig(topo="star", delay="1 ms/../x"))
+    run_id = new_run_id(RunConfig.flat(topo="star", delay="1 ms/../x"))
     assert run_id.endswith("-star-ina-j2w4b4-digits-mlp-delay1_ms_.._x")
-    run_id = new_run_id(RunConfig(trace="t" * 200))
+    run_id = new_run_id(RunConfig.flat(trace="t" * 200))
     assert len(run_id) == 100 and re.fullmatch(r"[A-Za-z0-9._-]+", run_id)
 
 
@@ -114,14 +114,14 @@ class Graph:
     ("leafspine", "sp1", {"lf1": 1, "lf2": 1, "sp2": 2}),  # the aggregator
 ])
 def test_every_switch_routes_on_a_shortest_path(topo, target, distances):
-    graph = Graph(build_topology(RunConfig(topo=topo, jobs=2, workers=4)))
+    graph = Graph(build_topology(RunConfig.flat(topo=topo, jobs=2, workers=4)))
     hops = network.Testbed.next_hops(graph, target)
     assert set(hops) == set(distances) and target not in hops
     assert {sw: graph.walk(hops, sw, target) for sw in hops} == distances
 
 
 def test_a_leaf_sends_its_own_hosts_down_their_link():
-    topo = build_topology(RunConfig(topo="leafspine", jobs=1, workers=4, spines=3, leaves=2))
+    topo = build_topology(RunConfig.flat(topo="leafspine", jobs=1, workers=4, spines=3, leaves=2))
     graph = Graph(topo)
     for h in ("h1", "h2", "h3", "h4"):
         leaf = "lf1" if h in ("h1", "h3") else "lf2"

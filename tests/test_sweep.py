@@ -62,9 +62,9 @@ def test_points_are_the_cross_product_in_order_with_variants(tmp_path):
         {"jobs": 1, "scheme": "b=4"}, {"jobs": 1, "scheme": "b=8 unpacked"},
         {"jobs": 2, "scheme": "b=4"}, {"jobs": 2, "scheme": "b=8 unpacked"}]
     cfg = s.config(points[3], tmp_path, 2)
-    assert (cfg.jobs, cfg.bits, cfg.pack, cfg.workers) == (2, [8], False, 2)
-    assert cfg.run_id == "t-p003-r2" and cfg.results_dir == str(tmp_path / "runs")
-    assert cfg.seed == 1  # the second repeat
+    assert (cfg.workload.jobs, cfg.workload.bits, cfg.compression.pack, cfg.workload.workers) == (2, [8], False, 2)
+    assert cfg.output.run_id == "t-p003-r2" and cfg.output.results_dir == str(tmp_path / "runs")
+    assert cfg.workload.seed == 1  # the second repeat
 
 
 def test_quick_replaces_axes_and_keeps_the_rest():
@@ -79,9 +79,9 @@ def test_quick_replaces_axes_and_keeps_the_rest():
 def test_window_elements_size_the_slots_and_the_pool_refuses_what_does_not_fit(tmp_path):
     # 2 workers: b=4 lanes are 5 bits, 6 per word, 192 values per 32-word slot;
     # unpacked and 32-bit carry 32 values per slot.
-    assert slots_for(640, RunConfig(bits=[4], workers=2)) == 4
-    assert slots_for(640, RunConfig(bits=[8], workers=2, pack=False)) == 20
-    assert slots_for(640, RunConfig(bits=[4], workers=2, payload_words=256)) == 1
+    assert slots_for(640, RunConfig.flat(bits=[4], workers=2)) == 4
+    assert slots_for(640, RunConfig.flat(bits=[8], workers=2, pack=False)) == 20
+    assert slots_for(640, RunConfig.flat(bits=[4], workers=2, payload_words=256)) == 1
     s = Spec.from_dict(spec(base={"topo": "star", "workers": 2, "pool_slots": 64,
                                   "iterations": 1},
                             window_elements=640,

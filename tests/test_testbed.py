@@ -40,7 +40,7 @@ def target(request):
 
 
 def execute(tmp_path, **kw):
-    cfg = RunConfig(results_dir=str(tmp_path), record_levels=True, **kw)
+    cfg = RunConfig.flat(results_dir=str(tmp_path), record_levels=True, **kw)
     run = Run(cfg, echo=lambda *a, **k: None)
     summary = run.execute()
     # Source validation never drops what the testbed's own hosts and switches send.
@@ -70,7 +70,7 @@ def check_exact_aggregates(directory: Path, summary: dict):
             scale = npz[0][f"scale_{i}"]
             words = summary.get("payload_words", 32)
             expected = scaled_sum(total, scale, fmt, words * fmt.lanes,
-                                  summary["config"].get("quantizer", "maxpow2"))
+                                  summary["config"]["compression"]["quantizer"])
             for w, z in enumerate(npz):
                 assert np.array_equal(z[f"sums_{i}"], total), \
                     f"job {job['job_id']} worker {w} iteration {i}: level sums differ"
@@ -218,9 +218,10 @@ def test_dumbbell_aggregates_across_the_bottleneck_and_reruns_from_its_config(tm
     links = summary["link_bytes"]
     assert links["s1-eth3"]["bytes_sent"] > 0 and links["s2-eth3"]["bytes_sent"] > 0
     again = RunConfig.from_yaml(directory / "config.yaml")
-    again.run_id = "again"
+    again.output.run_id = "again"
     rerun = Run(again, echo=lambda *a, **k: None).execute()
-    assert rerun["complete"] and rerun["config"] == {**summary["config"], "run_id": "again"}
+    want = {**summary["config"], "output": {**summary["config"]["output"], "run_id": "again"}}
+    assert rerun["complete"] and rerun["config"] == want
 
 
 def test_leafspine_two_jobs_exact_and_slot_usage(tmp_path, target):
@@ -492,7 +493,7 @@ def test_datagrams_from_another_host_are_refused_and_reported(tmp_path):
     number (not results: the switch routes them); the worker takes results only from
     its aggregator, stays exact, and the run says packets were refused."""
     from qaina_bench.p4.header import FLAG_RETX
-    cfg = RunConfig(results_dir=str(tmp_path), record_levels=True, topo="star", jobs=2,
+    cfg = RunConfig.flat(results_dir=str(tmp_path), record_levels=True, topo="star", jobs=2,
                     workers=2, bits=[8], iterations=6, bw=1)
     summary, run, forger = run_with(cfg, "h3", lambda run: [
         sys.executable, "-c", FORGER, run.testbed.host("h1").IP(), "1", "0", "3",
@@ -512,14 +513,14 @@ def test_forged_aggregates_are_dropped_by_the_switch(tmp_path, target):
     would take), and some with its own address. The switch drops all of them at h3's
     port (spoofed_source, forged_result); job 1's sums stay exact and nothing forged
     reaches h1."""
-    cfg = RunConfig(results_dir=str(tmp_path / "run"), record_levels=True, target=target,
+    cfg = RunConfig.flat(results_dir=str(tmp_path / "run"), record_levels=True, target=target,
                     topo="star", jobs=2, workers=2, bits=[4], bw=1)
     report = tmp_path / "forger.txt"
 
     def command(run):
         h1, h3 = run.testbed.host("h1"), run.testbed.host("h3")
         return [sys.executable, "-c", FRAME_FORGER, h3.defaultIntf().name, h1.MAC(), h1.IP(),
-                aggregator_mac(1), aggregator_ip(1), h3.IP(), str(cfg.payload_words),
+                aggregator_mac(1), aggregator_ip(1), h3.IP(), str(cfg.network.payload_words),
                 str(report)]
 
     # From the moment the switch is programmed, so that it sends while the agents run.
