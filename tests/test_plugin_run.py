@@ -44,7 +44,7 @@ def test_a_plugin_topology_and_quantizer_run_end_to_end(tmp_path):
     summary = json.loads((directory / "summary.json").read_text())
     assert summary["complete"], summary["errors"]
     assert summary["topology"] == "line,switches=3"
-    assert summary["config"]["quantizer"] == "maxhalf"
+    assert summary["config"]["compression"]["quantizer"] == "maxhalf"
     assert "topo: line,switches=3" in (directory / "config.yaml").read_text()
     assert {f"s{k}" for k in (1, 2, 3)} <= set(summary["switch_ports"])
     assert summary["jobs"][0]["iterations_done"] == ITERATIONS
