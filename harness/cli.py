@@ -12,6 +12,7 @@ import click
 
 from ..p4.header import PAYLOAD_WORDS
 from .config import ConfigError, RunConfig, check_system
+from .modes import ModeChoice
 from .tables import columns_help, print_summary
 
 DEFAULTS = RunConfig()
@@ -93,10 +94,9 @@ _RUN_OPTIONS = [
     click.option("--run-id", help="name of the result set (default: time and setup)"),
     click.option("--timeout", type=float, default=DEFAULTS.timeout, show_default=True,
                  help="seconds before the run is stopped"),
-    click.option("--mode", type=click.Choice(["ina", "ring", "ps"]), default="ina",
-                 show_default=True, help="ina: aggregate in the switch; baselines over the "
-                 "same fabric: ring (host ring all-reduce), ps (a parameter server host "
-                 "per job sums)"),
+    click.option("--mode", type=ModeChoice(), default="ina", show_default=True, help="ina: "
+                 "aggregate in the switch; ring (host ring all-reduce), ps (a parameter server "
+                 "host per job sums): baselines over the same fabric; or a registered plugin"),
     click.option("--payload-words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
                  default=str(DEFAULTS.payload_words), show_default=True,
                  help="32-bit words per aggregation packet: which qaina.p4 build runs"),

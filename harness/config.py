@@ -25,11 +25,16 @@ from ..hosts.traces import TraceError, find_trace, TraceSet
 from ..topologies import TOPOLOGIES
 from ..p4.constants import MAX_JOBS, POOL_SLOTS
 from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
+from ..plugins import PluginError
+from .modes import MODES, mode_of
 from .targets import TARGETS, bmv2_missing, toolchain
 
 
-MODES = ("ina", "ring", "ps")
 ALLOCATIONS = ("static", "shared")
+
+
+def _in_switch_modes() -> str:
+    return " or ".join(name for name in MODES.names() if MODES.get(name).in_switch)
 
 
 class ConfigError(ValueError):
@@ -68,7 +73,7 @@ class RunConfig:
     timeout: float = 300.0
     record_levels: bool = False
     switch_log: bool = False  # BMv2: log every packet (slows it down several times)
-    mode: str = "ina"  # or "ring" / "ps": host-based baselines over the same fabric
+    mode: str = "ina"  # a collective mode (hosts/collective.py): ina, ring, ps, or a plugin
     compress: str = "none"  # or "gradiveq"
     gvq_d: int = 64
     gvq_k: int = 8
@@ -171,10 +176,14 @@ class RunConfig:
         if self.arrivals is not None:
             from .arrivals import arrival_offsets
             arrival_offsets(self.arrivals, self.jobs, self.seed)
-        if self.mode == "ina" and self.allocation == "static" and self.slots > self.pool_slots:
+        try:
+            mode = mode_of(self)
+        except PluginError as exc:
+            raise ConfigError(f"--mode: {exc}") from None
+        if mode.in_switch and self.allocation == "static" and self.slots > self.pool_slots:
             raise PoolError(f"--slots {self.slots}: a job needs more slots than the pool of "
                             f"{self.pool_slots} holds; use fewer slots or a larger --pool-slots")
-        if (self.mode == "ina" and self.arrivals is None and self.allocation == "static"
+        if (mode.in_switch and self.arrivals is None and self.allocation == "static"
                 and self.slots * self.jobs > self.pool_slots):
             raise PoolError(f"--slots {self.slots} x {self.jobs} jobs do not fit a pool of "
                             f"{self.pool_slots} slots: use fewer jobs or slots, a larger "
@@ -190,22 +199,20 @@ class RunConfig:
         if self.levels not in (1, 2):
             raise ConfigError(f"--levels {self.levels}: 1 (one aggregating switch per job) "
                               "or 2 (the workers' own switches aggregate below it)")
-        if self.levels == 2 and self.mode != "ina":
-            raise ConfigError(f"--levels 2 aggregates in the switches: it needs --mode ina, "
-                              f"not --mode {self.mode}")
+        if self.levels == 2 and not mode.in_switch:
+            raise ConfigError(f"--levels 2 aggregates in the switches: it needs --mode "
+                              f"{_in_switch_modes()}, not --mode {self.mode}")
         if self.allocation not in ALLOCATIONS:
             raise ConfigError(f"--allocation {self.allocation!r}: static (each job its own "
                               "slots) or shared (one pool, collisions go to a fallback host)")
-        if self.allocation == "shared" and self.mode != "ina":
+        if self.allocation == "shared" and not mode.in_switch:
             raise ConfigError(f"--allocation shared shares the switch's pool: it needs "
-                              f"--mode ina, not --mode {self.mode}")
+                              f"--mode {_in_switch_modes()}, not --mode {self.mode}")
         if self.allocation == "shared" and self.levels != 1:
             raise ConfigError("--allocation shared aggregates on one switch per job: use "
                               "--levels 1 with it")
         if self.topo == "leafspine" and (self.spines < 1 or self.leaves < 1):
             raise ConfigError("a leaf-spine needs --spines >= 1 and --leaves >= 1")
-        if self.mode not in MODES:
-            raise ConfigError(f"--mode {self.mode!r}: use one of {', '.join(MODES)}")
         if self.payload_words not in PAYLOAD_WORDS:
             raise ConfigError(f"--payload-words {self.payload_words}: qaina.p4 is built for "
                               f"{', '.join(map(str, PAYLOAD_WORDS))} words per packet")
@@ -234,9 +241,11 @@ class RunConfig:
         if self.quantizer not in QUANTIZERS + ("none",):
             raise ConfigError(f"--quantizer {self.quantizer!r}: use one of "
                               f"{', '.join(QUANTIZERS)} or none")
-        if self.quantizer == "none" and (self.mode == "ina" or set(self.job_bits()) != {32}):
-            raise ConfigError("--quantizer none sums float32 values on the hosts: use it with "
-                              "--mode ring or ps and --bits 32 (the switch sums integers)")
+        floats = [name for name in MODES.names() if MODES.get(name).float_sums]
+        if self.quantizer == "none" and (self.mode not in floats or set(self.job_bits()) != {32}):
+            raise ConfigError(f"--quantizer none sums float32 values on the hosts: use it with "
+                              f"--mode {' or '.join(floats)} and --bits 32 (the switch sums "
+                              "integers)")
         if self.bucket < 1:
             raise ConfigError(f"--bucket {self.bucket}: QSGD buckets hold at least one element")
         if self.quantizer == "qsgd" and self.error_feedback and 2 in self.job_bits():

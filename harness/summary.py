@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .fidelity import cpu_cost, job_fidelity, overall
 from .metrics import JobData, _mean, job_values  # noqa: F401  (_mean: for older imports)
+from .modes import in_switch
 from .plots import plot
 from .resultset import ITERATION_COLUMNS, ResultWriter, read_csv
 
@@ -85,7 +86,7 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
     slots = [s for s in samples if int(s["job"]) == job["job_id"]
              and (aggregator is None or s["switch"] == aggregator)
              and start <= float(s["time"]) <= end]
-    # in_network False: ring or ps mode, the switches only route
+    # in_network False: a mode that does not aggregate in the switch (they only route)
     data = JobData(job, mine, slots, warmups, in_network=aggregator is not None)
     out.update(job_values(data))
     out.update(learning(mine, start, target_accuracy))
@@ -224,7 +225,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
     for job in meta["jobs"]:
         warmups = [r for a in agents if a["job"] == job["job_id"] for r in a["records"]
                    if r.get("type") == "warmup"]
-        aggregator = meta.get("aggregator") if cfg.mode == "ina" else None
+        aggregator = meta.get("aggregator") if in_switch(cfg.mode) else None
         jobs.append(job_summary(job, rows, slot_samples, aggregator, warmups,
                                 cfg.target_accuracy))
         jobs[-1]["fidelity"] = fidelity(jobs[-1], rows, by_kind, cfg, meta)
@@ -250,7 +251,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "error_feedback": cfg.error_feedback,
         "mode": cfg.mode,
         "levels": cfg.levels,
-        "allocation": cfg.allocation if cfg.mode == "ina" else None,
+        "allocation": cfg.allocation if in_switch(cfg.mode) else None,
         "payload_words": cfg.payload_words,
         "packed": cfg.pack,
         "links": {"bw_mbit": cfg.bw, "delay": cfg.delay, "loss_percent": cfg.loss},
