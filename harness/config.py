@@ -33,6 +33,14 @@ from .targets import TARGETS, bmv2_missing, toolchain
 ALLOCATIONS = ("static", "shared")
 
 
+def _run_mode(cfg):
+    """The run's collective mode (hosts/collective.py); one ConfigError line if unknown."""
+    try:
+        return mode_of(cfg)
+    except PluginError as exc:
+        raise ConfigError(f"--mode: {exc}") from None
+
+
 def _in_switch_modes() -> str:
     return " or ".join(name for name in MODES.names() if MODES.get(name).in_switch)
 
@@ -176,10 +184,7 @@ class RunConfig:
         if self.arrivals is not None:
             from .arrivals import arrival_offsets
             arrival_offsets(self.arrivals, self.jobs, self.seed)
-        try:
-            mode = mode_of(self)
-        except PluginError as exc:
-            raise ConfigError(f"--mode: {exc}") from None
+        mode = _run_mode(self)
         if mode.in_switch and self.allocation == "static" and self.slots > self.pool_slots:
             raise PoolError(f"--slots {self.slots}: a job needs more slots than the pool of "
                             f"{self.pool_slots} holds; use fewer slots or a larger --pool-slots")
