@@ -122,9 +122,10 @@ class Workload(Section):
     iterations: int = option(12, "iterations every worker runs (12: all of the bundled "
                              "digits-mlp trace)")
     slots: int = option(32, "aggregator slots per job (the window)")
-    mode: str = option("ina", "ina: aggregate in the switch; baselines over the same fabric: "
-                       "ring (host ring all-reduce), ps (a parameter server host per job "
-                       "sums)", choices=("ina", "ring", "ps"))
+    mode: str = option("ina", "ina: aggregate in the switch; ring (host ring all-reduce), "
+                       "ps (a parameter server host per job sums): baselines over the same "
+                       "fabric; or a registered plugin (hosts/collective.py)",
+                       choices=lambda: _registry("hosts.collective", "MODES"))
     allocation: str = option("static", "static: each job holds its own --slots of the pool; "
                              "shared: every job hashes its chunks onto the whole "
                              "--pool-slots, and a chunk whose slot another job holds is "

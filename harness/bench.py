@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..hosts.collective import MODES
 from ..hosts.lanes import LaneFormat
 from ..p4 import program
 from ..p4.constants import Drop
@@ -342,7 +343,7 @@ def ratio_table(workdir: Path, iterations: int, bw: float, repeat: int, workers:
     return ina / ring
 
 
-COST_MODES = ("ina", "ring", "ps")
+COST_MODES = ("ina", "ring", "ps")  # by default; --mode takes any registered mode
 COST_WORKERS = (4, 8)
 COST_BANDWIDTHS = (None, 16.0)  # unshaped, and links of 16 Mbit/s
 COST_PARTS = ("agents", "switches", "ps", "harness", "kernel")
@@ -482,7 +483,7 @@ def main(argv=None) -> int:
     tb.add_argument("--ratio-trace", default="digits-mlp-wide",
                     help="trace set of the in-network / ring ratio")
     tb.add_argument("--csv", help="the cost table also as CSV to this file")
-    tb.add_argument("--mode", action="append", choices=COST_MODES,
+    tb.add_argument("--mode", action="append", choices=MODES.names(),
                     help="the cost table for this scheme only (repeatable; default all)")
     tb.add_argument("--workers", type=int, action="append", choices=COST_WORKERS,
                     help="the cost table for this n only (repeatable; default all)")

@@ -7,6 +7,8 @@ import sys
 import click
 
 from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
+from ..hosts.collective import MODES
+from .plugincli import RegistryChoice
 
 
 @click.group()
@@ -58,7 +60,7 @@ def bench_switch(targets, bits, rate, seconds, repeat, words):
               help="trace set of the ratio (digits-mlp-wide is recorded on first use)")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
               help="write the cost table to this CSV file too")
-@click.option("--mode", "modes", type=click.Choice(["ina", "ring", "ps"]), multiple=True,
+@click.option("--mode", "modes", type=RegistryChoice(MODES), multiple=True,
               help="the cost table for these schemes only (default all)")
 @click.option("--workers", type=click.Choice(["4", "8"]), multiple=True,
               help="the cost table for these worker counts only (default both)")

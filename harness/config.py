@@ -22,12 +22,25 @@ from ..hosts.traces import TraceError, find_trace, TraceSet
 from ..topologies import TopologyError, TopoSpec, parse_topo
 from ..p4.constants import MAX_JOBS, POOL_SLOTS
 from ..p4.header import PAYLOAD_WORDS
+from ..plugins import PluginError
 from ..settings import ConfigError, Settings
+from .modes import MODES, mode_of
 from .targets import TARGETS, bmv2_missing, toolchain
 
 
-MODES = ("ina", "ring", "ps")
 ALLOCATIONS = ("static", "shared")
+
+
+def _run_mode(cfg):
+    """The run's collective mode (hosts/collective.py); one ConfigError line if unknown."""
+    try:
+        return mode_of(cfg)
+    except PluginError as exc:
+        raise ConfigError(f"--mode: {exc}") from None
+
+
+def _in_switch_modes() -> str:
+    return " or ".join(name for name in MODES.names() if MODES.get(name).in_switch)
 
 
 class PoolError(ConfigError):
@@ -111,9 +124,9 @@ class RunConfig(Settings):
         if net.levels not in (1, 2):
             raise ConfigError(f"--levels {net.levels}: 1 (one aggregating switch per job) "
                               "or 2 (the workers' own switches aggregate below it)")
-        if net.levels == 2 and work.mode != "ina":
-            raise ConfigError(f"--levels 2 aggregates in the switches: it needs --mode ina, "
-                              f"not --mode {work.mode}")
+        if net.levels == 2 and not _run_mode(self).in_switch:
+            raise ConfigError(f"--levels 2 aggregates in the switches: it needs --mode "
+                              f"{_in_switch_modes()}, not --mode {work.mode}")
         if net.payload_words not in PAYLOAD_WORDS:
             raise ConfigError(f"--payload-words {net.payload_words}: qaina.p4 is built for "
                               f"{', '.join(map(str, PAYLOAD_WORDS))} words per packet")
@@ -139,18 +152,17 @@ class RunConfig(Settings):
         if work.arrivals is not None:
             from .arrivals import arrival_offsets
             arrival_offsets(work.arrivals, work.jobs, work.seed)
-        if work.mode not in MODES:
-            raise ConfigError(f"--mode {work.mode!r}: use one of {', '.join(MODES)}")
+        mode = _run_mode(self)
         if work.allocation not in ALLOCATIONS:
             raise ConfigError(f"--allocation {work.allocation!r}: static (each job its own "
                               "slots) or shared (one pool, collisions go to a fallback host)")
-        if work.allocation == "shared" and work.mode != "ina":
+        if work.allocation == "shared" and not mode.in_switch:
             raise ConfigError(f"--allocation shared shares the switch's pool: it needs "
-                              f"--mode ina, not --mode {work.mode}")
+                              f"--mode {_in_switch_modes()}, not --mode {work.mode}")
         if work.allocation == "shared" and net.levels != 1:
             raise ConfigError("--allocation shared aggregates on one switch per job: use "
                               "--levels 1 with it")
-        static = work.mode == "ina" and work.allocation == "static"
+        static = mode.in_switch and work.allocation == "static"
         if static and work.slots > net.pool_slots:
             raise PoolError(f"--slots {work.slots}: a job needs more slots than the pool of "
                             f"{net.pool_slots} holds; use fewer slots or a larger --pool-slots")
@@ -207,9 +219,11 @@ class RunConfig(Settings):
     def check_compression(self):
         c, work = self.compression, self.workload
         self.check_plugin("--quantizer", c.quantizer, QUANTIZERS)
-        if c.quantizer == "none" and (work.mode == "ina" or set(self.job_bits()) != {32}):
-            raise ConfigError("--quantizer none sums float32 values on the hosts: use it with "
-                              "--mode ring or ps and --bits 32 (the switch sums integers)")
+        floats = [name for name in MODES.names() if MODES.get(name).float_sums]
+        if c.quantizer == "none" and (work.mode not in floats or set(self.job_bits()) != {32}):
+            raise ConfigError(f"--quantizer none sums float32 values on the hosts: use it with "
+                              f"--mode {' or '.join(floats)} and --bits 32 (the switch sums "
+                              "integers)")
         if c.bucket < 1:
             raise ConfigError(f"--bucket {c.bucket}: QSGD buckets hold at least one element")
         if c.quantizer == "qsgd" and c.error_feedback and 2 in self.job_bits():

@@ -23,7 +23,7 @@ from ..hosts import kernels
 from ..hosts.agent import AgentConfig
 from ..hosts.fallback import FallbackConfig
 from ..hosts.lanes import LaneFormat
-from ..hosts.ps import PS_PORT
+from .modes import mode_of
 from ..p4.header import QAINA_WORDS
 from ..hosts.traces import find_trace
 from .resultset import ResultWriter
@@ -155,7 +155,8 @@ def build_topology(cfg: RunConfig, netem: bool = True):
     """The run's topology; without netem, loss is left to nftables (see linkloss)."""
     net, work = cfg.network, cfg.workload
     # A host per job beyond the workers: its parameter server, or its fallback host.
-    extra = work.mode == "ps" or (work.mode == "ina" and work.allocation == "shared")
+    mode = mode_of(cfg)
+    extra = mode.server is not None or (mode.in_switch and work.allocation == "shared")
     hosts = work.jobs * work.workers + (work.jobs if extra else 0)
     link = LinkParams(net.bw, net.delay, net.loss if netem else None)
     return cfg.topology().build(hosts, link)
@@ -226,11 +227,11 @@ class Run:
         self.record = RunRecord(cfg.output.run_id)
         self.testbed: Testbed | None = None
         self.agents: list[AgentProcess] = []
-        #: each job's server host: its parameter server (--mode ps) or its fallback
-        #: host (--allocation shared)
+        self.mode = mode_of(cfg)  # the collective mode's data (hosts/collective.py)
+        #: each job's server host: its mode's server, or its fallback host (shared pool)
         self.servers: list[str] = []
         self.server_procs: list[tuple] = []  # (name, popen, log) of the servers
-        self.shared = cfg.workload.mode == "ina" and cfg.workload.allocation == "shared"
+        self.shared = self.mode.in_switch and cfg.workload.allocation == "shared"
         self.jobs: list[Job] = []
         self.status = "starting"
         self.signalled = False
@@ -296,22 +297,23 @@ class Run:
         agg = topo.aggregator
         # The baselines hold no slots; with --arrivals a job gets its range when admitted;
         # shared jobs all range over the whole pool.
-        static = cfg.workload.mode == "ina" and self.offsets is None and not self.shared
-        bases = (partition_slots([cfg.workload.slots] * cfg.workload.jobs, net.pool_slots)
-                 if static else [0] * cfg.workload.jobs)
-        if cfg.workload.mode == "ps" or self.shared:
-            self.servers = topo.server_hosts(cfg.workload.jobs, cfg.workload.workers)
-        job_hosts = topo.job_hosts(cfg.workload.jobs, cfg.workload.workers)
+        work, net = cfg.workload, cfg.network
+        static = self.mode.in_switch and self.offsets is None and not self.shared
+        bases = (partition_slots([work.slots] * work.jobs, net.pool_slots) if static
+                 else [0] * work.jobs)
+        if self.mode.server is not None or self.shared:
+            self.servers = topo.server_hosts(work.jobs, work.workers)
+        job_hosts = topo.job_hosts(work.jobs, work.workers)
         for j, bits in enumerate(cfg.job_bits()):
             workers = [self.testbed.worker(k, h, agg) for k, h in enumerate(job_hosts[j])]
-            fmt = LaneFormat(bits, cfg.workload.workers, cfg.compression.pack)
+            fmt = LaneFormat(bits, work.workers, cfg.compression.pack)
             if self.shared:
-                self.jobs.append(Job(j + 1, j, fmt, 0, cfg.network.pool_slots, workers, shared=True,
+                self.jobs.append(Job(j + 1, j, fmt, 0, net.pool_slots, workers, shared=True,
                                      upstream=self.testbed.fallback(self.servers[j], agg)))
             else:
-                self.jobs.append(Job(j + 1, j, fmt, bases[j], cfg.workload.slots, workers))
+                self.jobs.append(Job(j + 1, j, fmt, bases[j], work.slots, workers))
         self.aggregator = agg
-        if cfg.workload.mode == "ina":
+        if self.mode.in_switch:
             self.testbed.program_aggregators(sorted({sw for job in self.jobs
                                                      for sw in self._placements(job)}))
             for job in self.jobs if self.offsets is None else []:
@@ -322,19 +324,18 @@ class Run:
                      if self.offsets is None else
                      f"arrives at +{self.offsets[job.index]:g} s, {job.slot_count} slots")
             if self.shared:
-                slots = (f"{cfg.workload.slots} chunks in flight hashed onto the shared slots "
-                         f"0..{cfg.network.pool_slots - 1}, fallback host {self.servers[job.index]}"
+                slots = (f"{work.slots} chunks in flight hashed onto the shared slots "
+                         f"0..{net.pool_slots - 1}, fallback host {self.servers[job.index]}"
                          + ("" if self.offsets is None
                             else f", arrives at +{self.offsets[job.index]:g} s"))
-            where = {"ina": f"{slots} on {agg}, {cfg.network.payload_words} words per packet",
-                     "ring": "ring all-reduce",
-                     "ps": f"parameter server on {self.servers[job.index]}"
-                     if self.servers else ""}[cfg.workload.mode]
+            where = (f"{slots} on {agg}, {net.payload_words} words per packet"
+                     if self.mode.in_switch else self.mode.description
+                     + (f" on {self.servers[job.index]}" if self.servers else ""))
             self.echo(f"  job {job.job_id}: {job.fmt.describe()}, {where}, "
                       f"hosts {', '.join(w.host for w in job.workers)}")
             lower = [f"{sw} ({', '.join(w.host for w in j.workers)})"
                      for sw, j in self._placements(job).items() if j.upstream is not None]
-            if cfg.workload.mode == "ina" and lower and not self.shared:
+            if self.mode.in_switch and lower and not self.shared:
                 self.echo(f"    two levels: {'; '.join(lower)} sum below {agg}")
 
     def _placements(self, job: Job) -> dict:
@@ -343,7 +344,7 @@ class Run:
 
     def _senders(self, job: Job) -> dict[str, tuple[str, int]]:
         """Host -> (the switch it sends to, its worker index there)."""
-        if self.cfg.workload.mode != "ina":
+        if not self.mode.in_switch:
             return {w.host: (self.aggregator, w.index) for w in job.workers}
         return {w.host: (sw, w.index) for sw, j in self._placements(job).items()
                 for w in j.workers if w.host not in self.testbed.conns}
@@ -375,7 +376,7 @@ class Run:
                                    else max(120.0, cfg.output.timeout)),
                     ring_peers=[int_to_ip(x.ip) for x in job.workers],
                     ps_address=(self.testbed.host(self.servers[job.index]).IP()
-                                if cfg.workload.mode == "ps" else None))
+                                if self.mode.server else None))
                 path = self.writer.dir / "agents" / f"{name}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 acfg.save(path)
@@ -396,11 +397,9 @@ class Run:
         else:
             waiting = [f"j{a.job}w{a.worker}" for a in self.agents
                        if not any(r.get("type") == "start" for r in a.records())]
-            how = {"ring": " (they connect to their ring neighbours over TCP first: with "
-                           "heavy --loss that can take long)",
-                   "ps": " (they connect to their parameter server over TCP first)"}
+            how = f" ({self.mode.connect_note})" if self.mode.connect_note else ""
             raise RunError(f"agents {', '.join(waiting[:8])}{' ...' if len(waiting) > 8 else ''} "
-                           f"did not start within 60 s{how.get(self.cfg.workload.mode, '')}; see "
+                           f"did not start within 60 s{how}; see "
                            f"{self.writer.log_dir}")
         for p in self._processes():
             self.ledger.watch(p["name"], p["component"], p["pid"], p["job"])
@@ -409,7 +408,7 @@ class Run:
         # are counted from before its first packet.
         processes = {p["name"]: p["pid"] for p in self._processes()}
         self.sampler = Sampler(self.writer, self.testbed.conns,
-                               self.aggregator if cfg.workload.mode == "ina" else None, self.jobs,
+                               self.aggregator if self.mode.in_switch else None, self.jobs,
                                self.testbed.switch_interfaces(), processes,
                                slot_interval=cfg.output.sample_interval)
         self.sampler.begin()
@@ -419,7 +418,7 @@ class Run:
         else:
             pool = SlotPool(cfg.network.pool_slots)
             # Shared jobs hold no slots of their own: they are admitted on arrival.
-            slots = [job.slot_count if cfg.workload.mode == "ina" and not self.shared else 0
+            slots = [job.slot_count if self.mode.in_switch and not self.shared else 0
                      for job in self.jobs]
             self.admission = Admission(pool, slots, self.offsets, self.events["agents_go"],
                                        self._admit, self._release)
@@ -430,7 +429,7 @@ class Run:
         (the start file holds its slot base)."""
         job = self.jobs[index]
         job.slot_base = base
-        if self.cfg.workload.mode == "ina":
+        if self.mode.in_switch:
             self.testbed.install_job(self._placements(job))
         start = self.start_files[job.job_id]
         partial = start.with_suffix(".partial")
@@ -438,7 +437,7 @@ class Run:
         partial.rename(start)
 
     def _release(self, index: int):
-        if self.cfg.workload.mode == "ina":
+        if self.mode.in_switch:
             self.testbed.remove_job(self._placements(self.jobs[index]))
 
     def _admit_and_release(self):
@@ -454,20 +453,21 @@ class Run:
         self.admission.step(time.time())
 
     def _launch_servers(self):
-        """--mode ps: one parameter server process per job, on the job's server host;
-        --allocation shared: one fallback host process per job there."""
+        """A mode with a server (--mode ps): its server process per job, on the job's
+        server host; --allocation shared: one fallback host process per job there."""
         if self.shared:
             self._launch_fallbacks()
             return
+        server = self.mode.server
         for job, host in zip(self.jobs, self.servers):
-            name = f"ps{job.job_id}"
+            name = f"{server.short}{job.job_id}"
             log = self.writer.log_dir / f"{name}.log"
             with deferred_signals(), open(log, "wb") as out:
                 popen = self.testbed.host(host).popen(
-                    [sys.executable, "-m", "qaina_bench.hosts.ps", str(PS_PORT),
-                     str(job.fmt.workers)], stdout=out, stderr=out, stdin=None, env=agent_env())
+                    [sys.executable, *server.argv(job.fmt.workers)],
+                    stdout=out, stderr=out, stdin=None, env=agent_env())
                 self.server_procs.append((name, popen, log))
-                self.record.add_process(popen.pid, f"parameter server {name} on {host}")
+                self.record.add_process(popen.pid, f"{server.label} {name} on {host}")
 
     def _launch_fallbacks(self):
         ids = self.testbed.device_ids
@@ -502,8 +502,9 @@ class Run:
                 "pid": sw.target.pid} for sw in self.testbed.net.switches]
         out += [{"name": f"agent j{a.job}w{a.worker}", "component": "agents", "job": a.job,
                  "pid": a.popen.pid} for a in self.agents]
-        kind, component = (("fallback host", "fallback") if self.shared
-                           else ("parameter server", "ps"))
+        kind, component = (("fallback host", "fallback") if self.shared else
+                           (self.mode.server.label, self.mode.server.short) if self.mode.server
+                           else ("", ""))
         out += [{"name": f"{kind} {name}", "component": component, "job": job.job_id,
                  "pid": popen.pid} for job, (name, popen, _) in zip(self.jobs, self.server_procs)]
         return out
@@ -513,7 +514,7 @@ class Run:
             code = self.ledger.poll(popen)
             if code not in (None, 0):
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-                raise RunError(f"{'fallback host' if self.shared else 'parameter server'} "
+                raise RunError(f"{'fallback host' if self.shared else self.mode.server.label} "
                                f"{name} exited with {code}: "
                                f"{' | '.join(tail)} (log {log})")
         for a in self.agents:
@@ -629,7 +630,7 @@ class Run:
         agents = [{"job": a.job, "worker": a.worker, "host": a.host, "records": a.records()}
                   for a in self.agents]
         work = self.cfg.workload
-        allocation = work.allocation if work.mode == "ina" else None
+        allocation = work.allocation if self.mode.in_switch else None
         meta = {"run_id": self.cfg.output.run_id, "status": self.status, "events": self.events,
                 "aggregator": getattr(self, "aggregator", None),
                 "switch_program": self.switch_program,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .fidelity import cpu_cost, job_fidelity, overall
 from .metrics import JobData, _mean, job_values  # noqa: F401  (_mean: for older imports)
+from .modes import in_switch
 from .plots import plot
 from .resultset import ITERATION_COLUMNS, ResultWriter, read_csv
 
@@ -84,7 +85,7 @@ def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: st
     slots = [s for s in samples if int(s["job"]) == job["job_id"]
              and (aggregator is None or s["switch"] == aggregator)
              and start <= float(s["time"]) <= end]
-    # in_network False: ring or ps mode, the switches only route
+    # in_network False: a mode that does not aggregate in the switch (they only route)
     data = JobData(job, mine, slots, warmups, in_network=aggregator is not None)
     out.update(job_values(data))
     out.update(learning(mine, start, target_accuracy))
@@ -223,7 +224,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
     for job in meta["jobs"]:
         warmups = [r for a in agents if a["job"] == job["job_id"] for r in a["records"]
                    if r.get("type") == "warmup"]
-        aggregator = meta.get("aggregator") if cfg.workload.mode == "ina" else None
+        aggregator = meta.get("aggregator") if in_switch(cfg.workload.mode) else None
         jobs.append(job_summary(job, rows, slot_samples, aggregator, warmups,
                                 cfg.training.target_accuracy))
         jobs[-1]["fidelity"] = fidelity(jobs[-1], rows, by_kind, cfg, meta)
@@ -249,7 +250,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "error_feedback": comp.error_feedback,
         "mode": work.mode,
         "levels": net.levels,
-        "allocation": work.allocation if work.mode == "ina" else None,
+        "allocation": work.allocation if in_switch(work.mode) else None,
         "payload_words": net.payload_words,
         "packed": comp.pack,
         "links": {"bw_mbit": net.bw, "delay": net.delay, "loss_percent": net.loss},

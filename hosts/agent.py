@@ -20,7 +20,7 @@ it with the result. With a window of W slots and C chunks per iteration, P = min
 * before iteration 0, a warm-up round of P zero chunks carries iteration 0's first P
   exponents, so iteration 0 uses exact scales throughout.
 
-GradiVeQ (``compress="gradiveq"``, hosts/gradiveq.py): the first ``gvq_fit``
+GradiVeQ (``compress="gradiveq"``, hosts/gradiveq.py): the first ``gvq_fit_iterations``
 iterations, and with ``gvq_refresh`` = R every (R + 1)-th after them, are aggregated
 uncompressed at 32 bits (exact data); every worker fits the same per-layer bases to
 the identical aggregates it received (no extra communication), and the other
@@ -29,8 +29,11 @@ layers and the small layers as they are, quantized to the job's bits: the
 compression is linear, so the switch's sum of coefficients is the coefficients of
 the sum, which the agent decompresses.
 
-Ring mode (``mode="ring"``) is the host-based baseline: the same quantization and lanes,
-summed by ring all-reduce between the workers over the same fabric (``ring.py``).
+The steps of an iteration are ``hosts/pipeline.py``'s, shared with the offline
+evaluation; the sum over the job's workers is the mode's collective
+(``hosts/collective.py``): ``ina`` through the switch as above, ``ring`` and ``ps`` the
+host-based baselines (the same quantization and lanes, summed by ring all-reduce between
+the workers or by a parameter server, over the same fabric), or a registered plugin.
 
 Run: ``python -m qaina_bench.hosts.agent CONFIG.json`` (the harness writes the config).
 """
@@ -42,7 +45,6 @@ import os
 import resource
 import signal
 import statistics
-import socket
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -52,13 +54,14 @@ import numpy as np
 
 from ..p4.header import QAINA_UDP_PORT, wire
 from . import kernels
-from .ps import PS_PORT, PSClient, PSError
-from .ring import Ring, RingError
-from .compression import COMPRESSORS, CodecConfig, WorkerCodec
+from .collective import MODES, CollectiveError
+from .compression import CodecConfig, WorkerCodec
+from .pipeline import Aggregated, Pipeline, compressor
+from .ps import PS_PORT, PSError
+from .ring import RingError
 from .sources import LiveTraining, TraceReplay
 from ..settings import ConfigError, Settings
 from .traces import TraceError
-from .transport import ExchangeStats, SlotStream, StreamStalled
 DEFAULT_HEADROOM = 1  # predicted scales x2 for b <= 8
 DEFAULT_HEADROOM_32 = 8  # x256 for the 32-bit fixed point
 
@@ -109,229 +112,71 @@ class AgentError(RuntimeError):
     """The agent cannot go on (no progress, bad configuration)."""
 
 
-@dataclass
-class Aggregated:
-    """What aggregating one vector over the job's workers gave this worker."""
-
-    total: np.ndarray  # the dequantized sum
-    levels: np.ndarray  # this worker's quantized levels
-    sums: np.ndarray  # the integer level sums received
-    scale: np.ndarray  # the exponent of every chunk
-    next_scales: np.ndarray | None  # agreed maxima for the next iteration's first chunks
-    top: int | None  # the largest exponent agreed
-    stats: ExchangeStats
-    encode_s: float
-    clipped: int  # values beyond their chunk's scale (clipped to it)
-    short: int  # predicted scales below their chunk's true maximum (the same for all)
-
-
 class Agent:
-    """One worker: its gradients (a trace replayed, or training) aggregated through
-    the switch or the ring."""
+    """One worker: its gradients (a trace replayed, or training) through the iteration
+    pipeline (hosts/pipeline.py), aggregated by its mode's collective (hosts/collective.py)."""
 
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
-        work, comp, words = cfg.run.workload, cfg.run.compression, cfg.run.network.payload_words
+        work, comp = cfg.run.workload, cfg.run.compression
+        words = cfg.run.network.payload_words
         try:
+            self.mode = MODES.get(work.mode)
             self.wire = wire(words)
-            if comp.quantizer == "none" and (work.mode == "ina" or cfg.bits != 32):
-                raise ValueError("quantizer none (float32 sums) is for --mode ring or ps at "
-                                 "32 bits")
             self.float = comp.quantizer == "none"
-            self.codec = WorkerCodec(CodecConfig(cfg.bits, work.workers,
-                                                 "maxpow2" if self.float else comp.quantizer,
-                                                 comp.bucket, comp.error_feedback, comp.headroom,
-                                                 comp.pack),
-                                     np.random.default_rng([work.seed, cfg.job_id, cfg.worker]),
-                                     words)
-        except ValueError as exc:
-            raise AgentError(str(exc)) from None
-        self.fmt = self.codec.fmt
-        try:
-            if cfg.run.training.train:
-                t = cfg.run.training
-                self.source = LiveTraining(cfg.worker, work.workers, work.iterations,
-                                           t.model, work.seed, t.lr, t.batch_size,
-                                           tuple(t.hidden), t.width, t.eval_every)
-            else:
-                self.source = TraceReplay(cfg.trace, cfg.worker if cfg.trace_worker is None
-                                          else cfg.trace_worker, work.workers, work.iterations)
-        except (ValueError, TraceError) as exc:
-            raise AgentError(str(exc)) from None
-        self.elements = self.source.elements
-        self.gvq = None  # the compressor (--compress), GradiVeQ's by default
-        if comp.compress != "none":
+            if self.float and (not self.mode.float_sums or cfg.bits != 32):
+                raise ValueError(f"quantizer none (float32 sums) is for --bits 32 with a mode "
+                                 f"that sums floats ({', '.join(self.float_modes())}), "
+                                 f"not --mode {work.mode}")
+            self.source = self._source()
+            codec = CodecConfig(cfg.bits, work.workers,
+                                "maxpow2" if self.float else comp.quantizer, comp.bucket,
+                                comp.error_feedback, comp.headroom, comp.pack)
             try:
-                self.gvq = COMPRESSORS.get(comp.compress)(
-                    self.source.layers, d=comp.gvq_d, k=comp.gvq_k,
-                    fit=comp.gvq_fit, refresh=comp.gvq_refresh)
+                squeezer = compressor(comp.compress, self.source.layers, comp.gvq_d,
+                                      comp.gvq_k, comp.gvq_fit, comp.gvq_refresh)
             except ValueError as exc:
-                raise AgentError(f"--compress {comp.compress}: {exc}") from None
-            # Exact iterations: 32-bit fixed point, whatever the job's bits.
-            self.exact_codec = WorkerCodec(CodecConfig(32, work.workers), np.random.default_rng(
-                [work.seed, cfg.job_id, cfg.worker, 32]), words)
-        if work.mode not in ("ina", "ring", "ps"):
-            raise AgentError(f"unknown mode {work.mode!r}: ina, ring or ps")
-        self.ring = None  # the host-based collective of ring and ps modes
-        if work.mode == "ring":
-            if not cfg.ring_peers or len(cfg.ring_peers) != work.workers:
-                raise AgentError("ring mode needs the addresses of all the job's workers")
-            self.ring = Ring(cfg.worker, [(a, cfg.ring_port) for a in cfg.ring_peers])
-        elif work.mode == "ps":
-            if not cfg.ps_address:
-                raise AgentError("ps mode needs the address of the job's parameter server")
-            self.ring = PSClient(cfg.worker, (cfg.ps_address, cfg.ps_port))
-        self.window = cfg.slots
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-        self.sock.bind(("0.0.0.0", cfg.port))
-        self.sock.setblocking(False)
-        index = cfg.worker if cfg.wire_worker is None else cfg.wire_worker
-        self.stream = SlotStream(self.sock, (cfg.aggregator, cfg.port), cfg.job_id, index,
-                                 cfg.slot_base, cfg.slots, cfg.rto_min, cfg.rto_max,
-                                 cfg.stall_timeout, words,
-                                 (cfg.shared_base, cfg.shared_slots) if cfg.shared_slots
-                                 else None)
+                raise ValueError(f"--compress {comp.compress}: {exc}") from None
+            self.pipeline = Pipeline(codec, [work.seed, cfg.job_id, cfg.worker], words,
+                                     squeezer, self.float)
+            self.collective = self.mode.collective(cfg, self._emit)
+        except (ValueError, TraceError, CollectiveError) as exc:
+            raise AgentError(str(exc)) from None
+        self.fmt = self.pipeline.codec.fmt
+        self.elements = self.source.elements
         self.out = open(cfg.output, "w", buffering=1)
         self.levels_record: dict[str, np.ndarray] = {}
 
-    def _exchange(self, exps: np.ndarray, encode):
-        try:
-            return self.stream.exchange(exps, encode)
-        except StreamStalled as exc:
-            raise AgentError(str(exc)) from None
+    @staticmethod
+    def float_modes() -> list[str]:
+        return [name for name in MODES.names() if MODES.get(name).float_sums]
+
+    def _source(self):
+        cfg, work, tr = self.cfg, self.cfg.run.workload, self.cfg.run.training
+        if tr.train:
+            return LiveTraining(cfg.worker, work.workers, work.iterations, tr.model, work.seed,
+                                tr.lr, tr.batch_size, tuple(tr.hidden), tr.width,
+                                tr.eval_every)
+        return TraceReplay(cfg.trace, cfg.worker if cfg.trace_worker is None
+                           else cfg.trace_worker, work.workers, work.iterations)
 
     # -- iterations --------------------------------------------------------------------
-    def exact_iteration(self, i: int) -> bool:
-        """Whether iteration ``i`` is one GradiVeQ aggregates uncompressed at 32 bits."""
-        return self.gvq is not None and self.gvq.exact(i)
-
-    def codec_for(self, i: int) -> WorkerCodec:
-        return self.exact_codec if self.exact_iteration(i) else self.codec
-
-    def predicted_count(self, chunks: int) -> int:
-        """P: chunks at the start of an iteration whose scale comes from the last one."""
-        return min(self.window, chunks)
-
-    def carried(self, own: np.ndarray) -> np.ndarray:
-        """The exponent every chunk carries to the switch (see the module docstring):
-        chunk ``c`` that of chunk ``c + P``, the last P those of the first P."""
-        return np.roll(own, -self.predicted_count(len(own)))
-
-    def warm_up(self, values: np.ndarray, codec: WorkerCodec) -> np.ndarray:
-        """Zero chunks carrying the first P exponents of ``values``; returns their maxima.
-
-        Runs before iteration 0, and again whenever the aggregated vector changes shape
-        or format (GradiVeQ switching between gradients and coefficients).
-        """
-        own = codec.codes(values)
-        zero = codec.fmt.pack(np.zeros(codec.chunk_elems, dtype=np.int32), self.wire.words)
-
-        def encode(a, b, agreed, words):
-            words[a:b] = zero
-
-        _, agreed, stats = self._exchange(own[:self.predicted_count(len(own))], encode)
-        self._emit(type="warmup", start=stats.first_send, end=time.time(),
-                   packets_sent=stats.packets_sent, retransmissions=stats.retransmissions,
-                   refused=stats.refused)
-        return agreed
-
-    def aggregate(self, values: np.ndarray, predicted: np.ndarray,
-                  codec: WorkerCodec) -> Aggregated:
-        """Sum ``values`` over the job's workers through the switch.
-
-        ``predicted`` are the scales of the first P chunks. Chunks are quantized and
-        packed in batches, as the window lets them go.
-        """
-        n = len(values)
-        ce = codec.chunk_elems
-        own = codec.codes(values)
-        C = len(own)
-        P, W = self.predicted_count(C), self.window
-        scale = np.zeros(C, dtype=np.int8)
-        scale[:P] = predicted
-        keep = codec.error_feedback or self.cfg.run.output.record_levels  # this worker's levels
-        levels = np.zeros(n if keep else 0, dtype=np.int32)
-        encode_s = [0.0]
-
-        def encode(a, b, agreed, words):
-            t = time.perf_counter()
-            lo = max(a, P)
-            if b > lo:  # the results of chunks lo - W .. b - W - 1 brought exact maxima
-                scale[lo:b] = agreed[lo - W:b - W]
-            part = slice(a * ce, min(b * ce, n))
-            codec.quantize_into(values[part], scale[a:b], words[a:b],
-                                levels[part] if keep else None)
-            encode_s[0] += time.perf_counter() - t
-
-        words_back, agreed, stats = self._exchange(self.carried(own), encode)
-        sums = np.zeros(n if self.cfg.run.output.record_levels else 0, dtype=np.int64)
-        total = codec.dequantize_words(words_back, scale, n,
-                                       sums if self.cfg.run.output.record_levels else None)
-        # The last P results carry the true maxima of the first P chunks: how many of
-        # their predicted scales fell short is known alike to every worker.
-        short = int(np.count_nonzero(agreed[C - P:] > scale[:P]))
-        # Only predicted scales can clip: every later chunk's scale is the maximum of
-        # the workers' own.
-        clipped = codec.clipped(values[:P * ce], scale[:P])
-        return Aggregated(total, levels, sums, scale, agreed[C - P:], int(agreed.max()), stats,
-                          encode_s[0], clipped, short)
-
-    def ring_aggregate(self, values: np.ndarray, codec: WorkerCodec) -> Aggregated:
-        """``aggregate`` by the host-based collective (ring or parameter server): a max
-        all-reduce agrees every chunk's scale exactly, then the packed words are summed
-        with wrapping addition; fp32 (quantizer none) sums the float32 values."""
-        n = len(values)
-        stats = ExchangeStats(first_send=time.time())
-        sent0, received0 = self.ring.bytes_sent, self.ring.bytes_received
-        retx0 = self.ring.retransmissions
-        if self.float:
-            total = self.ring.all_reduce(values.astype(np.float32), np.add)
-            none = np.zeros(0, dtype=np.int32)
-            a = Aggregated(total, none, none, none.astype(np.int8), None, None, stats, 0.0, 0, 0)
-        else:
-            scale = self.ring.all_reduce(codec.codes(values), np.maximum)
-            t = time.perf_counter()
-            levels = codec.quantize(values, scale)
-            words = codec.fmt.pack(levels, len(scale) * self.wire.words)
-            encode_s = time.perf_counter() - t
-            self.ring.all_reduce(words, np.add)
-            sums = codec.fmt.unpack_sum(words, n)
-            total = codec.dequantize_sum(sums, scale)
-            a = Aggregated(total, levels, sums, scale, None, None, stats, encode_s, 0, 0)
-        stats.bytes_sent = self.ring.bytes_sent - sent0
-        stats.bytes_received = self.ring.bytes_received - received0
-        stats.retransmissions = self.ring.retransmissions - retx0  # the kernel's, TCP
-        return a
-
-    def iteration(self, i: int, predicted: np.ndarray | None):
-        """Aggregate iteration ``i``: compressed with GradiVeQ but for its exact
-        iterations, which fit or refresh the bases.
-
-        ``predicted`` are the scales of the first P chunks (None: run a warm-up first).
-        """
+    def iteration(self, i: int) -> Aggregated:
+        """Aggregate iteration ``i`` through the pipeline: compressed with GradiVeQ but
+        for its exact iterations, which fit or refresh the bases; the scales of the
+        first chunks predicted from the last iteration where the mode returns maxima."""
         cpu0 = time.process_time()
         grad = self.source.gradient(i)
-        codec = self.codec_for(i)
-        t0 = time.perf_counter()
-        compressed = self.gvq is not None and not self.exact_iteration(i)
-        values = codec.values(self.gvq.compress(grad) if compressed else grad)
-        compress_s = time.perf_counter() - t0
-        if self.ring is not None:
-            a = self.ring_aggregate(values, codec)
-        else:
-            if predicted is None:
-                predicted = self.warm_up(values, codec)
-            a = self.aggregate(values, predicted, codec)
+        enc = self.pipeline.encode(i, grad)
+        try:
+            a = self.collective.all_reduce(enc.values, enc.codec, self.pipeline.predicted)
+        except CollectiveError as exc:
+            raise AgentError(str(exc)) from None
         t1 = time.perf_counter()
-        if not self.float:
-            codec.book(values, a.levels, a.scale)
-        aggregate = self.gvq.decompress(a.total) if compressed else a.total
+        aggregate = self.pipeline.decode(enc, a)
         end = time.time()
         decode_s = time.perf_counter() - t1
-        if self.gvq is not None and not compressed:
-            self.gvq.learn(aggregate, i)
+        self.pipeline.adapt(enc, a, aggregate)
         exact = self.source.exact(i)
         err = None if exact is None else float(kernels.relative_error(aggregate, exact))
         learned = self.source.apply(i, aggregate)
@@ -340,17 +185,23 @@ class Agent:
             self.levels_record[f"sums_{i}"] = a.sums.astype(np.int64)
             self.levels_record[f"aggregate_{i}"] = a.total
             self.levels_record[f"scale_{i}"] = a.scale
-            self.levels_record[f"bits_{i}"] = np.array(codec.fmt.bits)
+            self.levels_record[f"bits_{i}"] = np.array(enc.codec.fmt.bits)
         learned["cpu_s"] = time.process_time() - cpu0
-        self._record_iteration(i, a, values, compressed, end, err, compress_s, decode_s,
-                               codec, learned)
+        self._record_iteration(i, a, enc.values, enc.compressed, end, err, enc.compress_s,
+                               decode_s, enc.codec, learned)
         return a
 
     def _record_iteration(self, i: int, a: Aggregated, values, compressed: bool, end: float,
                           err: float | None, compress_s: float, decode_s: float,
                           codec: WorkerCodec, learned: dict):
         stats, rtts = a.stats, a.stats.rtts
-        gvq = {} if self.gvq is None else self.gvq.metrics(self.source.exact(i))
+        gvq = {}
+        exact = self.source.exact(i)
+        fitted = self.pipeline.gvq
+        if fitted is not None and fitted.fitted:
+            gvq = dict(gvq_projection_error=(None if exact is None else
+                                             fitted.projection_error(exact)),
+                       gvq_energy=fitted.energy)
         self._emit(type="iteration", iteration=i, start=stats.first_send, end=end,
                    completion_s=end - stats.first_send, elements=self.elements,
                    values=len(values), compressed=compressed, chunks=len(a.scale),
@@ -368,16 +219,14 @@ class Agent:
 
     def run(self):
         cfg = self.cfg
-        if self.ring is not None:
-            self.ring.connect(timeout=cfg.start_timeout)
+        self.collective.connect(cfg.start_timeout)
         kernels.warm()  # compiled (or loaded) before the timed part
-        comp = cfg.run.compression
         self._emit(type="start", mode=cfg.run.workload.mode, job_id=cfg.job_id,
-                   worker=cfg.worker, bits=cfg.bits, lanes=self.fmt.lanes,
-                   lane_width=self.fmt.width, elements=self.elements, window=self.window,
-                   trace=self.source.name, compress=comp.compress,
+                   worker=cfg.worker, bits=cfg.bits,
+                   lanes=self.fmt.lanes, lane_width=self.fmt.width, elements=self.elements,
+                   window=cfg.slots, trace=self.source.name, compress=cfg.run.compression.compress,
                    payload_words=self.wire.words, packed=self.fmt.packed,
-                   quantizer=comp.quantizer)
+                   quantizer=cfg.run.compression.quantizer)
         if cfg.start_file:
             deadline = time.monotonic() + cfg.start_timeout
             while not Path(cfg.start_file).exists():
@@ -386,18 +235,12 @@ class Agent:
                                      f"{cfg.start_timeout:.0f} s")
                 time.sleep(0.002)
             given = Path(cfg.start_file).read_text().strip()
-            if given:  # a job admitted on arrival learns its slots with its start signal
-                self.stream.slot_base = int(json.loads(given)["slot_base"])
+            # a job admitted on arrival learns its slots with its start signal
+            self.collective.start(json.loads(given) if given else {})
         usage0 = resource.getrusage(resource.RUSAGE_SELF)
-        predicted, size = None, None
+        size = None
         for i in range(cfg.run.workload.iterations):
-            a = self.iteration(i, predicted)
-            # The next vector has this one's shape and format unless GradiVeQ switches
-            # between exact and compressed iterations.
-            same = self.exact_iteration(i) == self.exact_iteration(i + 1)
-            predicted = (self.codec_for(i).predict(a.next_scales, a.top, a.short)
-                         if same and self.ring is None else None)
-            size = len(a.total)
+            size = len(self.iteration(i).total)
         if cfg.run.output.record_levels:
             np.savez(Path(cfg.output).with_suffix(".npz"), **self.levels_record)
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -410,9 +253,7 @@ class Agent:
         self.out.write(json.dumps(record) + "\n")
 
     def close(self):
-        self.sock.close()
-        if self.ring is not None:
-            self.ring.close()
+        self.collective.close()
         self.out.close()
 
 
@@ -435,7 +276,7 @@ def main(argv=None) -> int:
     profile = _profiler()
     try:
         agent.run()
-    except (AgentError, RingError, PSError) as exc:
+    except (AgentError, CollectiveError, RingError, PSError) as exc:
         agent._emit(type="error", message=str(exc), end=time.time())
         print(f"agent {cfg.job_id}/{cfg.worker}: {exc}", file=sys.stderr)
         return 1

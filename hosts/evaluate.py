@@ -3,9 +3,11 @@
 The switch adds the workers' integer levels exactly, so what a compression scheme
 does to a gradient does not depend on the network, except for the first ``P``
 chunks of an iteration, whose scales are predicted (the switch returns the true
-maxima later). ``Aggregation`` reproduces that: every worker's ``WorkerCodec`` (the
-agents' own), scales agreed as the maximum over the workers, predicted for the first
-``P = min(window, chunks)`` chunks, and GradiVeQ's exact and compressed iterations.
+maxima later). ``Aggregation`` reproduces that: every worker's ``Pipeline`` (the
+agents' own, hosts/pipeline.py: codecs, error feedback, GradiVeQ's exact and compressed
+iterations, headroom), and in place of the network an in-process sum with scales agreed
+as the maximum over the workers, predicted for the first ``P = min(window, chunks)``
+chunks (``window`` 0: every scale exact, as the ring and the parameter server agree them).
 
 * ``open_loop``: replay a trace set; the relative error of every iteration's
   aggregate against the exact sum (with predicted scales, and with every scale
@@ -21,7 +23,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..p4.header import QAINA_WORDS
-from .compression import COMPRESSORS, CodecConfig, WorkerCodec
+from .compression import CodecConfig
+from .pipeline import Aggregated, Encoded, Pipeline, compressor
+from .transport import ExchangeStats
 
 
 @dataclass
@@ -60,7 +64,8 @@ class Step:
 
 
 class Aggregation:
-    """A job's workers aggregating through a simulated switch (module docstring)."""
+    """A job's workers aggregating through a simulated switch (module docstring): one
+    ``Pipeline`` per worker, as every agent has, and their sum taken in process."""
 
     def __init__(self, scheme: Scheme, workers: int, layers, window: int = 32, seed: int = 0,
                  counterfactual: bool = True):
@@ -68,65 +73,66 @@ class Aggregation:
         self.counterfactual = counterfactual and not scheme.error_feedback and scheme.bits > 1
         cfg = CodecConfig(scheme.bits, workers, scheme.quantizer, scheme.bucket,
                           scheme.error_feedback, scheme.headroom)
-        self.codecs = [WorkerCodec(cfg, np.random.default_rng([seed, k]), QAINA_WORDS)
-                       for k in range(workers)]
-        self.gvq = None  # the compressor, as the agents look it up
-        if scheme.gradiveq:
-            self.gvq = COMPRESSORS.get("gradiveq")(layers, d=scheme.gvq_d, k=scheme.gvq_k,
-                                                   fit=scheme.gvq_fit, refresh=scheme.gvq_refresh)
-            exact = CodecConfig(32, workers)
-            self.exact_codecs = [WorkerCodec(exact, np.random.default_rng([seed, k, 32]),
-                                             QAINA_WORDS) for k in range(workers)]
-        self.predicted: np.ndarray | None = None
+        self.pipelines = [
+            Pipeline(cfg, [seed, k], QAINA_WORDS, compressor(
+                "gradiveq" if scheme.gradiveq else "none", layers, scheme.gvq_d, scheme.gvq_k,
+                scheme.gvq_fit, scheme.gvq_refresh)) for k in range(workers)]
         self.iteration = 0
+
+    @property
+    def gvq(self):
+        return self.pipelines[0].gvq
 
     def step(self, gradients: list[np.ndarray]) -> Step:
         """Aggregate one iteration's gradients (one per worker)."""
         i = self.iteration
         self.iteration += 1
-        exact_now = self.gvq is not None and self.gvq.exact(i)
-        codecs = self.exact_codecs if exact_now else self.codecs
-        compressed = self.gvq is not None and not exact_now
-        vectors = [self.gvq.compress(g) if compressed else np.asarray(g, np.float32)
-                   for g in gradients]
-        values = [c.values(v) for c, v in zip(codecs, vectors)]
-        true = np.maximum.reduce([c.codes(v) for c, v in zip(codecs, values)])
-        P = min(self.window, len(true))
-        scale = true.copy()
-        if self.predicted is not None and len(self.predicted) == P:
-            scale[:P] = self.predicted
-        total = self._sum(codecs, values, scale, book=True)
-        step = Step(total, None, sum(c.clipped(v, scale) for c, v in zip(codecs, values)),
-                    len(values[0]), codecs[0].fmt.bits)
-        if self.counterfactual:  # an exact iteration is exact with any scales
-            step.exact_scales_total = (total if exact_now else
-                                       self._sum(codecs, values, true, book=False))
-        short = int(np.count_nonzero(true[:P] > scale[:P]))
-        next_exact = self.gvq is not None and self.gvq.exact(i + 1)
-        self.predicted = (codecs[0].predict(true[:P], int(true.max()), short)
-                          if next_exact == exact_now else None)
-        for c in codecs[1:]:  # every worker adapts its headroom alike
-            c.headroom = codecs[0].headroom
-        if compressed:
-            step.total = self.gvq.decompress(step.total)
-            if step.exact_scales_total is not None:
-                step.exact_scales_total = self.gvq.decompress(step.exact_scales_total)
-        elif self.gvq is not None:
-            self.gvq.learn(step.total, i)
+        encoded = [p.encode(i, g) for p, g in zip(self.pipelines, gradients)]
+        aggregated, exact_scales_total = self.sum_in_process(encoded)
+        totals = [p.decode(e, a) for p, e, a in zip(self.pipelines, encoded, aggregated)]
+        for p, e, a, total in zip(self.pipelines, encoded, aggregated, totals):
+            p.adapt(e, a, total)
+        step = Step(totals[0], None, sum(a.clipped for a in aggregated),
+                    len(encoded[0].values), encoded[0].codec.fmt.bits)
+        if exact_scales_total is not None:
+            step.exact_scales_total = (self.gvq.decompress(exact_scales_total)
+                                       if encoded[0].compressed else exact_scales_total)
         if self.gvq is not None and self.gvq.fitted:
             step.projection_error = self.gvq.metrics(
                 np.sum(gradients, axis=0))["gvq_projection_error"]
         return step
 
-    @staticmethod
-    def _sum(codecs, values, scale, book: bool) -> np.ndarray:
-        """Quantize every worker's values under ``scale``; the dequantized level sum."""
+    def sum_in_process(self, encoded: list[Encoded]):
+        """Step 4 for every worker at once, as the switch would: scales agreed as the
+        maximum over the workers, predicted for the first P chunks; one ``Aggregated``
+        per worker, and the sum with every scale exact (None unless counterfactual)."""
+        codecs = [e.codec for e in encoded]
+        values = [e.values for e in encoded]
+        true = np.maximum.reduce([c.codes(v) for c, v in zip(codecs, values)])
+        P = min(self.window, len(true))
+        scale = true.copy()
+        predicted = self.pipelines[0].predicted
+        if predicted is not None and len(predicted) == P:
+            scale[:P] = predicted
         levels = [c.quantize(v, scale) for c, v in zip(codecs, values)]
+        total = self._dequantized_sum(codecs, levels, scale)
+        exact_scales_total = None
+        if self.counterfactual:  # an exact iteration is exact with any scales
+            exact_scales_total = (total if self.pipelines[0].exact(encoded[0].iteration) else
+                                  self._dequantized_sum(codecs, [c.quantize(v, true) for c, v
+                                                                 in zip(codecs, values)], true))
+        short = int(np.count_nonzero(true[:P] > scale[:P]))
+        none = np.zeros(0, dtype=np.int64)
+        aggregated = [Aggregated(total, lv, none, scale, true[:P], int(true.max()),
+                                 ExchangeStats(), 0.0, c.clipped(v, scale), short)
+                      for c, v, lv in zip(codecs, values, levels)]
+        return aggregated, exact_scales_total
+
+    @staticmethod
+    def _dequantized_sum(codecs, levels, scale) -> np.ndarray:
+        """The workers' levels summed as the switch sums them, dequantized."""
         sign = codecs[0].sign
         total = sum((2 * lv - 1 if sign else lv).astype(np.int64) for lv in levels)
-        if book:
-            for c, v, lv in zip(codecs, values, levels):
-                c.book(v, lv, scale)
         return codecs[0].dequantize_sum(total, scale)
 
 
