@@ -195,13 +195,8 @@ class Agent:
                           err: float | None, compress_s: float, decode_s: float,
                           codec: WorkerCodec, learned: dict):
         stats, rtts = a.stats, a.stats.rtts
-        gvq = {}
-        exact = self.source.exact(i)
-        fitted = self.pipeline.gvq
-        if fitted is not None and fitted.fitted:
-            gvq = dict(gvq_projection_error=(None if exact is None else
-                                             fitted.projection_error(exact)),
-                       gvq_energy=fitted.energy)
+        squeezer = self.pipeline.gvq  # the compressor's own figures, once it has them
+        gvq = squeezer.metrics(self.source.exact(i)) if squeezer is not None else {}
         self._emit(type="iteration", iteration=i, start=stats.first_send, end=end,
                    completion_s=end - stats.first_send, elements=self.elements,
                    values=len(values), compressed=compressed, chunks=len(a.scale),
