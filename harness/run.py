@@ -15,7 +15,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
@@ -38,89 +38,12 @@ from .linkloss import netem_available, nft_available
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
 from .sampling import Sampler
-
+from .processes import (AgentProcess, _terminate, agent_env, deferred_signals,
+                        ignored_signals)
 
 
 class RunError(RuntimeError):
     """The run could not be carried out; the message names the part that failed."""
-
-
-@dataclass
-class AgentProcess:
-    job: int
-    worker: int
-    host: str
-    config: AgentConfig
-    popen: object
-    log: Path
-    _records: list = field(default_factory=list)
-    _offset: int = 0  # bytes of the agent's record file read so far
-
-    def records(self) -> list[dict]:
-        """The agent's records so far; each call reads only what was added since."""
-        try:
-            with open(self.config.output, "rb") as f:
-                f.seek(self._offset)
-                new = f.read()
-        except OSError:
-            return self._records
-        end = new.rfind(b"\n") + 1  # a line being written waits for the next call
-        for line in new[:end].splitlines():
-            try:
-                self._records.append(json.loads(line))
-            except ValueError:
-                pass
-        self._offset += end
-        return self._records
-
-    def iterations_done(self) -> int:
-        return sum(1 for r in self.records() if r.get("type") == "iteration")
-
-
-def _terminate(signum, frame):
-    """SIGTERM ends a run like Ctrl-C: torn down, results kept."""
-    raise KeyboardInterrupt
-
-
-class deferred_signals:
-    """Ctrl-C and SIGTERM wait until the block is done, then interrupt: Mininet and
-    the bookkeeping of a started process must not be cut in the middle."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-    #: the last signal any block held: one that came in a block that ended with an
-    #: error, or while a run was torn down, is not lost (``Run.signalled``)
-    held_last: int | None = None
-
-    def __enter__(self):
-        self.caught = None
-        self.previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
-        return self
-
-    def _note(self, signum, frame):
-        self.caught = deferred_signals.held_last = signum
-
-    def __exit__(self, kind, value, tb):
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
-        if self.caught is not None and kind is None:
-            raise KeyboardInterrupt
-
-
-class ignored_signals(deferred_signals):
-    """Ctrl-C and SIGTERM are ignored in the block (teardown runs to its end)."""
-
-    def __exit__(self, kind, value, tb):
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
-
-
-def agent_env() -> dict:
-    """Agents run single-threaded numpy: many share two cores with the switches, and
-    GradiVeQ needs every worker's basis fit to give identical results."""
-    env = dict(os.environ)
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = "1"
-    return env
 
 
 def new_run_id(cfg: RunConfig) -> str:

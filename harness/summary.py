@@ -203,6 +203,34 @@ def fidelity(job: dict, rows: list[dict], series: dict, cfg, meta: dict) -> dict
                         meta.get("interfaces", {}), cfg.network.bw, processes)
 
 
+def run_setup(cfg, meta: dict) -> dict:
+    """What was run: the summary's fields taken from the configuration."""
+    net, work, comp, tr = cfg.network, cfg.workload, cfg.compression, cfg.training
+    return {
+        "target": net.target,
+        "switch_program": meta.get("switch_program", {"target": net.target}),
+        "topology": net.topo,
+        "aggregator": meta.get("aggregator"),
+        "jobs_count": work.jobs,
+        "workers": work.workers,
+        "bits": cfg.job_bits(),
+        "iterations": work.iterations,
+        "trace": None if tr.train else tr.trace,
+        "train": {"model": tr.model, "lr": tr.lr, "batch_size": tr.batch_size}
+        if tr.train else None,
+        "compress": comp.compress,
+        "quantizer": "signmean" if cfg.job_bits() == [1] * work.jobs else comp.quantizer,
+        "error_feedback": comp.error_feedback,
+        "mode": work.mode,
+        "levels": net.levels,
+        "allocation": work.allocation if in_switch(work.mode) else None,
+        "payload_words": net.payload_words,
+        "packed": comp.pack,
+        "links": {"bw_mbit": net.bw, "delay": net.delay, "loss_percent": net.loss},
+        "host_cpu": net.host_cpu,
+    }
+
+
 def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict:
     """Write iterations.csv, summary.json and the plots; returns the summary."""
     writer.close()
@@ -229,32 +257,11 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
                                 cfg.training.target_accuracy))
         jobs[-1]["fidelity"] = fidelity(jobs[-1], rows, by_kind, cfg, meta)
     errors = [r.get("message") for a in agents for r in a["records"] if r.get("type") == "error"]
-    net, work, comp, tr = cfg.network, cfg.workload, cfg.compression, cfg.training
     summary = {
         "run_id": meta["run_id"],
         "status": meta["status"],
         "complete": meta["status"] == "complete",
-        "target": net.target,
-        "switch_program": meta.get("switch_program", {"target": net.target}),
-        "topology": net.topo,
-        "aggregator": meta.get("aggregator"),
-        "jobs_count": work.jobs,
-        "workers": work.workers,
-        "bits": cfg.job_bits(),
-        "iterations": work.iterations,
-        "trace": None if tr.train else tr.trace,
-        "train": {"model": tr.model, "lr": tr.lr, "batch_size": tr.batch_size}
-        if tr.train else None,
-        "compress": comp.compress,
-        "quantizer": "signmean" if cfg.job_bits() == [1] * work.jobs else comp.quantizer,
-        "error_feedback": comp.error_feedback,
-        "mode": work.mode,
-        "levels": net.levels,
-        "allocation": work.allocation if in_switch(work.mode) else None,
-        "payload_words": net.payload_words,
-        "packed": comp.pack,
-        "links": {"bw_mbit": net.bw, "delay": net.delay, "loss_percent": net.loss},
-        "host_cpu": net.host_cpu,
+        **run_setup(cfg, meta),
         "startup_to_first_send_s": (first_send - meta["events"]["invoked"]
                                     if first_send else None),
         # first packet of any agent (warm-up included) to the last iteration done

@@ -1,0 +1,243 @@
+"""``bench testbed``: whole runs of the testbed, printed as tables (never timed tests).
+
+``transport``: completion time against the links' own bound; ``repeat``: the spread of
+repeats; ``comparison`` and ``ratio``: in-network b = 4 against b = 32 and the ring;
+``cost``: end-to-end elements/s and CPU seconds per million aggregated elements by
+component (``--csv``); ``headline``: the README's headline figures.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+
+def testbed_bench(topo: str, bits: int, bw: float | None, iterations: int, workdir: Path,
+                  jobs: int, mode: str = "ina", workers: int = 4, **options) -> dict:
+    """One ``up`` run; returns its summary."""
+    from .config import RunConfig
+    from .run import Run
+    cfg = RunConfig.flat(topo=topo, jobs=jobs, workers=workers, bits=[bits],
+                         iterations=iterations, bw=bw, results_dir=str(workdir), mode=mode,
+                         **options)
+    return Run(cfg, echo=lambda *a, **k: None).execute()
+
+
+def link_bound_time(summary: dict) -> float | None:
+    """Seconds the busiest link direction needs for the bytes it carried in the run,
+    at the configured link rate (None for unshaped links)."""
+    bw = summary["links"]["bw_mbit"]
+    if not bw or not summary["link_bytes"]:
+        return None
+    busiest = max(max(v["bytes_sent"], v["bytes_recv"]) for v in summary["link_bytes"].values())
+    return busiest * 8 / (bw * 1e6)
+
+
+def transport_table(workdir: Path, iterations: int, bandwidths=(0.3, 1.0, 10.0, None)):
+    """Retransmissions, and time against what the links need, star, one job: per
+    iteration (a worker's bytes of an iteration over its own link) and per run (the
+    busiest link's bytes, warm-up and the gaps between iterations included)."""
+    print(f"transport: star, 1 job x 4 workers, {iterations} iterations; 'link ms' is what "
+          "a worker's link needs for the bytes of one iteration, 'link s' what the busiest "
+          "link needs for all it carried")
+    print(f"{'Mbit/s':>7} {'bits':>4} {'retx':>5} {'timeouts':>8} {'iter ms':>8} "
+          f"{'link ms':>8} {'iter/link':>9} {'run s':>7} {'link s':>7} {'run/link':>8}")
+    for bw in bandwidths:
+        for bits in (4, 32):
+            s = testbed_bench("star", bits, bw, iterations, workdir, 1)
+            j = s["jobs"][0]
+            bound = link_bound_time(s)
+            it = j["iteration_completion_mean_s"]
+            per_iteration = j["bytes_sent"] / (j["workers"] * j["iterations_done"])
+            it_link = per_iteration * 8 / (bw * 1e6) if bw else None
+            nan = float("nan")
+            print(f"{bw or 'none':>7} {bits:>4} {j['retransmissions']:>5} {j['timeouts']:>8} "
+                  f"{1e3 * it:>8.1f} {1e3 * it_link if it_link else nan:>8.1f} "
+                  f"{it / it_link if it_link else nan:>9.2f} {s['span_s']:>7.2f} "
+                  f"{bound if bound else nan:>7.2f} "
+                  f"{s['span_s'] / bound if bound else nan:>8.2f}", flush=True)
+
+
+def repeat_table(workdir: Path, iterations: int, bw: float, repeat: int):
+    """The same run ``repeat`` times: mean iteration time per run and their spread."""
+    means = []
+    print(f"repeatability: leafspine, 2 jobs x 4 workers, b=4, {bw} Mbit/s, {iterations} "
+          f"iterations, {repeat} runs")
+    for k in range(repeat):
+        s = testbed_bench("leafspine", 4, bw, iterations, workdir, 2)
+        m = float(np.mean([j["iteration_completion_mean_s"] for j in s["jobs"]]))
+        retx = sum(j["retransmissions"] for j in s["jobs"])
+        means.append(m)
+        print(f"  run {k + 1}: iteration {1e3 * m:.1f} ms, {retx} retransmissions", flush=True)
+    mean, sd = float(np.mean(means)), float(np.std(means, ddof=1)) if repeat > 1 else 0.0
+    print(f"  mean {1e3 * mean:.1f} ms, sd {1e3 * sd:.1f} ms, coefficient of variation "
+          f"{100 * sd / mean:.1f}%")
+
+
+def comparison_table(workdir: Path, iterations: int, bw: float):
+    """Elements/s of b=4 against b=32 and against a b=4 ring all-reduce."""
+    print(f"links {bw} Mbit/s, 4 workers per job, {iterations} iterations")
+    print(f"{'topology':>10} {'jobs':>4} {'mode':>4} {'bits':>4} {'Melem/s':>9} "
+          f"{'iter ms':>8} {'p99 ms':>7} {'up->first pkt s':>15}")
+    for topo, jobs in (("star", 1), ("leafspine", 2)):
+        rates = {}
+        for mode, bits in (("ina", 4), ("ina", 32), ("ring", 4)):
+            s = testbed_bench(topo, bits, bw, iterations, workdir, jobs, mode)
+            for j in s["jobs"]:
+                rates.setdefault((mode, bits), []).append(j["elements_per_s"])
+                print(f"{topo:>10} {jobs:>4} {mode:>4} {bits:>4} "
+                      f"{j['elements_per_s'] / 1e6:>9.4f} "
+                      f"{1e3 * j['iteration_completion_mean_s']:>8.1f} "
+                      f"{1e3 * j['iteration_completion_p99_s']:>7.1f} "
+                      f"{s['startup_to_first_send_s']:>15.2f}", flush=True)
+        total = {key: sum(v) for key, v in rates.items()}
+        print(f"{topo:>10}: in the switch, b=4 moves "
+              f"{total['ina', 4] / total['ina', 32]:.1f}x the elements/s of b=32 and "
+              f"{total['ina', 4] / total['ring', 4]:.1f}x those of a b=4 ring all-reduce")
+
+
+def ratio_table(workdir: Path, iterations: int, bw: float, repeat: int, workers: int = 8,
+                words: int = 256, trace: str = "digits-mlp-wide") -> float:
+    """In-network against ring all-reduce at b=4, n=``workers``, link-bound on the star:
+    mean iteration time of each over ``repeat`` runs, and their ratio (in-network /
+    ring; ring all-reduce moves 2(n-1)/n of the data per worker, so the ideal is
+    n / (2(n-1)): 0.57 at n = 8)."""
+    print(f"in-network against ring: star, 1 job x {workers} workers, b=4, {bw} Mbit/s, "
+          f"{words}-word packets, trace {trace}, {iterations} iterations, {repeat} runs each")
+    from ..hosts.recorder import ensure
+    ensure(trace, log=print)
+    times: dict[str, list[float]] = {"ina": [], "ring": []}
+    for k in range(repeat):
+        for mode in ("ina", "ring"):
+            s = testbed_bench("star", 4, bw, iterations, workdir, 1, mode, workers,
+                              payload_words=words, trace=trace)
+            j = s["jobs"][0]
+            times[mode].append(j["iteration_completion_mean_s"])
+            cpu = (s["validity"].get("cpu") or {}).get("saturated")
+            print(f"  run {k + 1} {mode:>4}: iteration {1e3 * times[mode][-1]:.1f} ms, "
+                  f"{j['retransmissions']} retransmissions"
+                  + (f" [CPU saturated: {cpu}]" if cpu else ""), flush=True)
+    ina, ring = (float(np.mean(times[m])) for m in ("ina", "ring"))
+    lo = min(times["ina"]) / max(times["ring"])
+    hi = max(times["ina"]) / min(times["ring"])
+    ideal = workers / (2 * (workers - 1))
+    print(f"  in-network {1e3 * ina:.1f} ms, ring {1e3 * ring:.1f} ms: ratio {ina / ring:.2f} "
+          f"(range {lo:.2f}-{hi:.2f}; ideal {ideal:.2f})")
+    return ina / ring
+
+
+COST_MODES = ("ina", "ring", "ps")  # by default; --mode takes any registered mode
+COST_WORKERS = (4, 8)
+COST_BANDWIDTHS = (None, 16.0)  # unshaped, and links of 16 Mbit/s
+COST_PARTS = ("agents", "switches", "ps", "harness", "kernel")
+COST_METRICS = ("melem_s",) + COST_PARTS + ("total",)
+
+
+def cost_figures(summary: dict) -> dict:
+    """Melem/s, CPU seconds per million aggregated elements by component (None where a
+    component has no process, e.g. ``ps`` outside ``--mode ps``) and the verdict."""
+    cost = summary.get("cpu_cost") or {}
+    parts = cost.get("components", {})
+    out = {"melem_s": sum(j.get("elements_per_s") or 0 for j in summary["jobs"]) / 1e6,
+           "total": cost.get("s_per_melem"),
+           "kernel": (cost.get("kernel") or {}).get("s_per_melem"),
+           "verdict": (summary.get("fidelity") or {}).get("verdict", "n/a")}
+    for name in COST_PARTS[:-1]:
+        out[name] = (parts.get(name) or {}).get("s_per_melem")
+    return out
+
+
+def _spread(values: list) -> tuple:
+    """(mean, min, max) of the values that exist, or three Nones."""
+    v = [x for x in values if x is not None]
+    return (float(np.mean(v)), min(v), max(v)) if v else (None, None, None)
+
+
+def cost_table(workdir: Path, iterations: int, repeat: int, csv_file=None,
+               trace: str = "digits-mlp-wide", words: int = 256, modes=COST_MODES,
+               workers=COST_WORKERS) -> list[dict]:
+    """End-to-end Melem/s and CPU seconds per million aggregated elements by component
+    (agents, switches, parameter servers, the harness, softirq system-wide; total: the
+    run's processes), in-network, ring and parameter server at n = 4 and 8 on the star,
+    b=4, unshaped and at 16 Mbit/s: mean and range over ``repeat`` runs of each (the
+    repeats interleaved), and the fidelity verdicts; written as CSV to ``csv_file``."""
+    from ..hosts.recorder import ensure
+    print(f"CPU cost: star, 1 job, b=4, {words}-word packets, trace {trace}, {iterations} "
+          f"iterations, {repeat} runs each; CPU s per million aggregated elements")
+    ensure(trace, log=print)
+    points = [(bw, n, mode) for bw in COST_BANDWIDTHS for n in workers for mode in modes]
+    runs: dict[tuple, list[dict]] = {pt: [] for pt in points}
+    for k in range(repeat):
+        for bw, n, mode in points:
+            s = testbed_bench("star", 4, bw, iterations, workdir, 1, mode, n,
+                              payload_words=words, trace=trace)
+            f = cost_figures(s)
+            runs[bw, n, mode].append(f)
+            print(f"  run {k + 1}: {mode:>4} n={n} {bw or 'unshaped'} Mbit/s: "
+                  f"{f['melem_s']:.3f} Melem/s, {f['total'] or float('nan'):.1f} CPU s/Melem, "
+                  f"{f['verdict']}", flush=True)
+    rows = [_cost_row(pt, runs[pt]) for pt in points]
+    _print_cost(rows)
+    if csv_file is not None:
+        w = csv.DictWriter(csv_file, list(rows[0]))
+        w.writeheader()
+        w.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
+        csv_file.flush()
+    return rows
+
+
+def _cost_row(point: tuple, runs: list[dict]) -> dict:
+    bw, n, mode = point
+    row = {"mode": mode, "workers": n, "bw_mbit": bw or "unshaped", "runs": len(runs)}
+    for m in COST_METRICS:
+        row[f"{m}_mean"], row[f"{m}_min"], row[f"{m}_max"] = _spread([r[m] for r in runs])
+    verdicts = [r["verdict"] for r in runs]
+    row["verdicts"] = "; ".join(f"{v} {verdicts.count(v)}" for v in sorted(set(verdicts)))
+    return row
+
+
+def _print_cost(rows: list[dict]):
+    def cell(r, m, width):
+        mean, lo, hi = r[f"{m}_mean"], r[f"{m}_min"], r[f"{m}_max"]
+        text = "n/a" if mean is None else (f"{mean:.3g}" if lo == hi else
+                                           f"{mean:.3g} ({lo:.3g}-{hi:.3g})")
+        return f"{text:>{width}}"
+    print(f"{'Mbit/s':>8} {'n':>2} {'mode':>4} {'Melem/s':>20} "
+          + " ".join(f"{p:>18}" for p in COST_PARTS + ("total",)) + "  verdicts")
+    for r in rows:
+        print(f"{r['bw_mbit']:>8} {r['workers']:>2} {r['mode']:>4} {cell(r, 'melem_s', 20)} "
+              + " ".join(cell(r, m, 18) for m in COST_PARTS + ("total",))
+              + f"  {r['verdicts']}")
+
+
+def headline_table(workdir: Path, iterations: int, repeat: int,
+                   trace: str = "digits-mlp-wide") -> dict:
+    """``up --topo star --jobs 2 --workers 8 --bits 4 --payload-words 256 --trace
+    digits-mlp-wide``, unshaped, in-network and ring: Melem/s per job and the agents'
+    CPU seconds per million aggregated elements, mean and range over ``repeat`` runs
+    (interleaved)."""
+    from ..hosts.recorder import ensure
+    print(f"headline: star, 2 jobs x 8 workers, b=4, 256-word packets, trace {trace}, "
+          f"{iterations} iterations, unshaped, {repeat} runs each")
+    ensure(trace, log=print)
+    out: dict[str, dict[str, list]] = {m: {"rate": [], "agents": []} for m in ("ina", "ring")}
+    for k in range(repeat):
+        for mode in out:
+            s = testbed_bench("star", 4, None, iterations, workdir, 2, mode, 8,
+                              payload_words=256, trace=trace)
+            rates = [j["elements_per_s"] / 1e6 for j in s["jobs"]]
+            agents = cost_figures(s)["agents"]
+            out[mode]["rate"].append(float(np.mean(rates)))
+            out[mode]["agents"].append(agents)
+            print(f"  run {k + 1} {mode:>4}: {np.mean(rates):.3f} Melem/s per job, agents "
+                  f"{agents or float('nan'):.2f} CPU s/Melem", flush=True)
+    for mode, v in out.items():
+        (rm, rl, rh), (am, al, ah) = _spread(v["rate"]), _spread(v["agents"])
+        print(f"  {mode:>4}: {rm:.3f} Melem/s per job ({rl:.3f}-{rh:.3f}); agents "
+              f"{am:.2f} CPU s/Melem ({al:.2f}-{ah:.2f})")
+    return out
+
+
+TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio", "cost", "headline")
