@@ -84,6 +84,6 @@ clean:
 
 # The committed P4Info is p4c's: regenerate it after changing p4/qaina.p4 (needs p4c).
 p4info: venv
-	$(VENV)/bin/python -c 'import shutil, sys; from qaina_bench.harness.targets import compile_p4; \
+	$(VENV)/bin/python -c 'import shutil, sys; from qaina_bench.harness.switches.targets import compile_p4; \
 	    shutil.copyfile(compile_p4()[1], "p4/qaina.p4info.txtpb")'
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from .config import ConfigError, RunConfig, check_system
-from .tables import columns_help, print_summary
+from .results.tables import columns_help, print_summary
 from .plugincli import QUANTIZERS, plugins
 from .options import IntList, SectionedCommand, config_from, tree_options
 
@@ -52,9 +52,9 @@ def record_on_first_use(cfg: RunConfig) -> None:
 
 
 def execute(cfg: RunConfig, hold: bool = False) -> dict:
-    from .run import Run, RunError
-    from .control import ControlError
-    from .targets import TargetError
+    from .running.run import Run, RunError
+    from .switches.control import ControlError
+    from .switches.targets import TargetError
     record_on_first_use(cfg)
     try:
         run = Run(cfg, echo=click.echo, hold=hold)
@@ -188,7 +188,7 @@ def shell(switch, run_id, election):
 def clean():
     """Remove what crashed runs left behind (only what their records list)."""
     import time
-    from .record import leftover_temp_files, stale_records
+    from .running.record import leftover_temp_files, stale_records
     recs = stale_records()
     for rec in recs:
         for line in rec.remove() or ["nothing left"]:
@@ -288,7 +288,7 @@ def results():
 @click.option("--results-dir", type=click.Path(), default="results", show_default=True)
 def results_list(results_dir):
     """Result sets, newest last: status and what was run."""
-    from .summary import describe_run, list_runs
+    from .results.summary import describe_run, list_runs
     for p in list_runs(Path(results_dir)):
         click.echo(f"{p.name:48} {describe_run(p)}")
 
@@ -297,7 +297,7 @@ def results_list(results_dir):
 @click.argument("run_dir", type=click.Path())
 def results_show(run_dir):
     """The summary table of a result set, with what its columns mean."""
-    from .summary import SummaryError, load_summary
+    from .results.summary import SummaryError, load_summary
     try:
         summary = load_summary(Path(run_dir))
     except SummaryError as exc:
@@ -384,8 +384,8 @@ def sweep(spec_path, out_dir, quick, no_retry, dry_run):
     """Run the cross product of SPEC.yaml's options, one result set per point and
     repeat, and join their summaries in sweep.csv; run it again to resume (root)."""
     import os
-    from .sweep import Spec, SweepError, plan
-    from .sweeprun import SweepInterrupted, run_sweep
+    from .sweeping.sweep import Spec, SweepError, plan
+    from .sweeping.sweeprun import SweepInterrupted, run_sweep
     try:
         spec = Spec.load(spec_path, quick=quick)
         target = Path(out_dir or Path("results") / "sweeps"
@@ -419,8 +419,8 @@ def sweep(spec_path, out_dir, quick, no_retry, dry_run):
 @click.argument("sweep_dir", type=click.Path())
 def plot(sweep_dir):
     """Draw SWEEP_DIR's figure (its spec's plot section) from its sweep.csv."""
-    from .figures import plot_sweep
-    from .sweep import SweepError
+    from .sweeping.figures import plot_sweep
+    from .sweeping.sweep import SweepError
     try:
         files = plot_sweep(Path(sweep_dir), click.echo)
     except SweepError as exc:
@@ -437,7 +437,7 @@ def plot(sweep_dir):
 def report(check, root):
     """Write README's metric glossary and the tables and quoted values of docs/*.md from
     the metric registry and the CSVs of docs/data/."""
-    from .report import ReportError, check as differs, write
+    from .results.report import ReportError, check as differs, write
     try:
         if check:
             first = differs(Path(root))
@@ -451,7 +451,7 @@ def report(check, root):
         _fail(exc)
 
 
-from .benchcli import bench  # noqa: E402  (the benchmarks' commands)
+from .benchmarks.benchcli import bench  # noqa: E402  (the benchmarks' commands)
 main.add_command(bench)
 main.add_command(plugins)
 

@@ -25,7 +25,7 @@ from ..p4.header import PAYLOAD_WORDS
 from ..plugins import PluginError
 from ..settings import ConfigError, Settings
 from .modes import MODES, mode_of
-from .targets import TARGETS, bmv2_missing, toolchain
+from .switches.targets import TARGETS, bmv2_missing, toolchain
 
 
 ALLOCATIONS = ("static", "shared")
@@ -150,7 +150,7 @@ class RunConfig(Settings):
         if work.slots < 1:
             raise ConfigError(f"--slots {work.slots}: a job needs at least one slot")
         if work.arrivals is not None:
-            from .arrivals import arrival_offsets
+            from .running.arrivals import arrival_offsets
             arrival_offsets(work.arrivals, work.jobs, work.seed)
         mode = _run_mode(self)
         if work.allocation not in ALLOCATIONS:
@@ -265,7 +265,7 @@ def check_system() -> list[tuple[str, bool, str]]:
     """(what, ok, how to fix) for every prerequisite of a run."""
     from importlib import metadata
 
-    from .linkloss import netem_available, nft_available
+    from .running.linkloss import netem_available, nft_available
     apt = "apt-get install"
     checks = [
         ("running as root", os.geteuid() == 0, "run as root, or with sudo (Mininet needs root)"),
@@ -276,7 +276,7 @@ def check_system() -> list[tuple[str, bool, str]]:
         ("ethtool", shutil.which("ethtool") is not None, f"{apt} ethtool"),
         ("ping", shutil.which("ping") is not None, f"{apt} iputils-ping"),
     ]
-    from .cpulimit import limit_problem
+    from .running.cpulimit import limit_problem
     problem = limit_problem()
     checks.append(("cgroup v1 cpu controller and cgroup-tools (optional: --host-cpu)",
                    problem is None, problem or ""))

@@ -9,7 +9,7 @@ import click
 from ..hosts.compression import COMPRESSORS, QUANTIZERS
 from ..plugins import PluginError
 from ..topologies import TOPOLOGIES, declared
-from .metrics import METRICS
+from .results.metrics import METRICS
 
 
 class RegistryChoice(click.Choice):

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import RUN_ID
-from .control import PRIMARY_ELECTION_ID
-from .record import RunRecord, live_records, record_dir
+from .switches.control import PRIMARY_ELECTION_ID
+from .running.record import RunRecord, live_records, record_dir
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 

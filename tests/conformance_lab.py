@@ -14,7 +14,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.utils import checksum
 
-from qaina_bench.harness.jobs import (Job, Worker, aggregator_ip, aggregator_mac, int_to_ip,
+from qaina_bench.harness.switches.jobs import (Job, Worker, aggregator_ip, aggregator_mac, int_to_ip,
                                       ip_to_int, mac_to_int, program_aggregator, program_job,
                                       program_route)
 from qaina_bench.hosts.lanes import LaneFormat

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from qaina_bench.harness.control import SwitchConnection
-from qaina_bench.harness.targets import bmv2_missing, make_target
+from qaina_bench.harness.switches.control import SwitchConnection
+from qaina_bench.harness.switches.targets import bmv2_missing, make_target
 from qaina_bench.p4 import program
 from qaina_bench.p4.embedded.ports import ETH_P_ALL, PACKET_IGNORE_OUTGOING, SOL_PACKET
 from qaina_bench.p4.header import QAINA_WORDS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qaina_bench.harness.arrivals import Admission, SlotPool, arrival_offsets
+from qaina_bench.harness.running.arrivals import Admission, SlotPool, arrival_offsets
 from qaina_bench.harness.config import ConfigError, RunConfig
 
 

@@ -19,7 +19,7 @@ import pytest
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from qaina_bench.harness.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac,
+from qaina_bench.harness.switches.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac,
                                       int_to_ip, ip_to_int, mac_to_int, program_job, release_job,
                                       result_entry)
 from qaina_bench.hosts.lanes import LaneFormat

@@ -10,7 +10,7 @@ import numpy as np
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from qaina_bench.harness.jobs import Worker, int_to_ip, ip_to_int, program_guard
+from qaina_bench.harness.switches.jobs import Worker, int_to_ip, ip_to_int, program_guard
 from qaina_bench.p4.constants import Drop
 from qaina_bench.p4.header import FLAG_RESULT, FLAG_RETX, QAINA_UDP_PORT
 

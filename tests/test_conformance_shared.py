@@ -8,7 +8,7 @@ import numpy as np
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from qaina_bench.harness.jobs import (Job, Upstream, Worker, ip_to_int, mac_to_int, program_job,
+from qaina_bench.harness.switches.jobs import (Job, Upstream, Worker, ip_to_int, mac_to_int, program_job,
                                       release_job)
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.p4.constants import POOL_SLOTS, Drop

@@ -21,8 +21,8 @@ import sys
 import pytest
 
 from conftest import bmv2, kinds, root
-from qaina_bench.harness.firewall import table_exists
-from qaina_bench.harness.record import RunRecord, record_dir
+from qaina_bench.harness.switches.firewall import table_exists
+from qaina_bench.harness.running.record import RunRecord, record_dir
 
 pytestmark = root  # namespaces, nftables
 
@@ -70,7 +70,7 @@ def far_side():
 
 def start_switch(tmp_path, record):
     """A BMv2 switch started as a run starts its switches."""
-    from qaina_bench.harness.network import QainaSwitch
+    from qaina_bench.harness.running.network import QainaSwitch
 
     sw = QainaSwitch("s1", target="bmv2", device_id=1, log_dir=tmp_path, record=record)
     sw.start([])

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from qaina_bench.harness.config import RunConfig
-from qaina_bench.harness.record import RunRecord, record_dir, stale_records
-from qaina_bench.harness.run import Run
+from qaina_bench.harness.running.record import RunRecord, record_dir, stale_records
+from qaina_bench.harness.running.run import Run
 
 pytestmark = [
     pytest.mark.root,  # Mininet
@@ -216,8 +216,8 @@ def test_after_kill_9_of_the_cli_the_next_run_removes_what_it_left(tmp_path):
 
 
 def test_a_switch_that_dies_is_named_with_its_log_and_nothing_is_left(tmp_path, monkeypatch):
-    from qaina_bench.harness import targets
-    from qaina_bench.harness.targets import TargetError
+    from qaina_bench.harness.switches import targets
+    from qaina_bench.harness.switches.targets import TargetError
 
     def broken(self):
         return [sys.executable, "-c", "import sys; print('bad switch build'); sys.exit(3)"]

@@ -11,13 +11,13 @@ import threading
 
 import pytest
 
-from qaina_bench.harness import cpulimit
+from qaina_bench.harness.running import cpulimit
 from qaina_bench.harness.config import RunConfig
-from qaina_bench.harness.cpustat import CpuLedger, SchedClock
-from qaina_bench.harness.fidelity import (cpu_cost, job_fidelity, link_load, overall,
+from qaina_bench.harness.running.cpustat import CpuLedger, SchedClock
+from qaina_bench.harness.results.fidelity import (cpu_cost, job_fidelity, link_load, overall,
                                           transfer_intervals, verdict)
-from qaina_bench.harness.summary import fidelity as summary_fidelity
-from qaina_bench.harness.summary import validity
+from qaina_bench.harness.results.summary import fidelity as summary_fidelity
+from qaina_bench.harness.results.summary import validity
 
 # Job 1 runs on h1 and h2 (switch s1). Its two iterations:
 #   iteration 0: worker 0 10.0-11.0, worker 1 10.1-11.2  -> 10.0-11.2

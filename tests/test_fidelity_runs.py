@@ -12,9 +12,9 @@ from functools import partial
 import pytest
 
 from qaina_bench.harness.config import RunConfig
-from qaina_bench.harness.cpulimit import LimitedHost, cgroup_dirs, limit_problem
-from qaina_bench.harness.cpustat import CpuLedger
-from qaina_bench.harness.run import Run
+from qaina_bench.harness.running.cpulimit import LimitedHost, cgroup_dirs, limit_problem
+from qaina_bench.harness.running.cpustat import CpuLedger
+from qaina_bench.harness.running.run import Run
 
 pytestmark = [
     pytest.mark.root,  # Mininet

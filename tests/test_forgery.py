@@ -13,8 +13,8 @@ import time
 import pytest
 
 from qaina_bench.harness.config import RunConfig
-from qaina_bench.harness.jobs import aggregator_ip, aggregator_mac
-from qaina_bench.harness.run import Run
+from qaina_bench.harness.switches.jobs import aggregator_ip, aggregator_mac
+from qaina_bench.harness.running.run import Run
 from qaina_bench.hosts.lanes import LaneFormat
 # target is the suites' fixture
 from testbed_lab import check_exact_aggregates, target
@@ -166,9 +166,9 @@ def test_leafspine_ports_admit_the_sources_their_routes_bring(tmp_path):
     is guarded: a host port admits its host, a spine's port towards a leaf the hosts
     below that leaf, a leaf's uplinks the hosts below the other leaf between them,
     and only a leaf's uplink to sp1 admits sp1's results."""
-    from qaina_bench.harness.jobs import Job, ip_to_int
-    from qaina_bench.harness.network import Testbed
-    from qaina_bench.harness.record import RunRecord
+    from qaina_bench.harness.switches.jobs import Job, ip_to_int
+    from qaina_bench.harness.running.network import Testbed
+    from qaina_bench.harness.running.record import RunRecord
     from qaina_bench.topologies.leafspine import LeafSpineTopo
     bed = Testbed(LeafSpineTopo(hosts=4, spines=2, leaves=2), "embedded", tmp_path,
                   RunRecord("srcval-leafspine", tmp_path))

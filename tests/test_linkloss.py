@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from qaina_bench.harness.linkloss import loss_rules
+from qaina_bench.harness.running.linkloss import loss_rules
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(
     shutil.which("nft") is None or shutil.which("ip") is None,

@@ -15,8 +15,8 @@ import random
 import numpy as np
 import pytest
 
-from qaina_bench.harness import bench
-from qaina_bench.harness.jobs import Job, Worker
+from qaina_bench.harness.benchmarks import bench
+from qaina_bench.harness.switches.jobs import Job, Worker
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.p4.embedded import pipeline as pl
 from qaina_bench.p4.embedded.burst import SHED_FULL
@@ -166,7 +166,7 @@ def test_a_stopped_switch_sheds_whole_uses_when_it_resumes(tmp_path_factory):
     import time
 
     from conftest import open_lab
-    from qaina_bench.harness.jobs import program_aggregator, program_job, program_route
+    from qaina_bench.harness.switches.jobs import program_aggregator, program_job, program_route
     from qaina_bench.p4.constants import POOL_SLOTS
     from qaina_bench.p4.embedded.ports import RX_RING_FRAMES, Port
 

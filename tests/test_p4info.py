@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from qaina_bench.harness.targets import compile_p4
+from qaina_bench.harness.switches.targets import compile_p4
 from qaina_bench.p4 import constants, header, program
 from qaina_bench.p4.p4info import P4_SOURCE, P4INFO_PATH, P4Info
 from qaina_bench.p4.proto import p4info_pb2, text_format

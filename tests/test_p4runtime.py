@@ -16,8 +16,8 @@ import grpc
 import pytest
 
 from conftest import free_port, root
-from qaina_bench.harness.control import ControlError, SwitchConnection, update_errors
-from qaina_bench.harness.targets import make_target
+from qaina_bench.harness.switches.control import ControlError, SwitchConnection, update_errors
+from qaina_bench.harness.switches.targets import make_target
 from qaina_bench.p4.embedded.runtime import MAX_STREAMS
 from qaina_bench.p4.proto import code_pb2, p4info_pb2, p4runtime_pb2
 

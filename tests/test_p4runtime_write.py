@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from conftest import root
-from qaina_bench.harness.control import update_errors
+from qaina_bench.harness.switches.control import update_errors
 from qaina_bench.p4.proto import code_pb2, p4runtime_pb2
 from write_cases import AGG, CASES, LPM, U, agg, case, member, modify_default, route, upd
 

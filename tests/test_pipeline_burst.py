@@ -14,8 +14,8 @@ import random
 import numpy as np
 import pytest
 
-from qaina_bench.harness import bench
-from qaina_bench.harness.jobs import (Job, Upstream, Worker, program_aggregator, program_guard,
+from qaina_bench.harness.benchmarks import bench
+from qaina_bench.harness.switches.jobs import (Job, Upstream, Worker, program_aggregator, program_guard,
                                       program_job, program_route)
 from qaina_bench.p4.constants import Drop
 from qaina_bench.hosts.lanes import LaneFormat

@@ -14,7 +14,7 @@ import pytest
 
 from outoftree import install, install_broken
 from qaina_bench.harness.config import ConfigError, RunConfig
-from qaina_bench.harness.run import build_topology, new_run_id
+from qaina_bench.harness.running.run import build_topology, new_run_id
 from qaina_bench.hosts.compression import COMPRESSORS, QUANTIZERS
 from qaina_bench.hosts.gradiveq import GradiVeQCompressor
 from qaina_bench.hosts.quantize import MaxRule, scale_rule
@@ -110,7 +110,7 @@ def test_spines_and_leaves_are_aliases_folded_into_the_spec():
 
 
 def test_a_sweep_resumes_runs_stored_with_the_topology_s_short_name():
-    from qaina_bench.harness.sweep import comparable
+    from qaina_bench.harness.sweeping.sweep import comparable
     stored = RunConfig.flat(topo="leafspine", leaves=4)  # a config.yaml from before specs
     planned = RunConfig.flat(topo="leafspine", leaves=4)
     planned.check()

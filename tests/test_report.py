@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from qaina_bench.harness import sweepcsv
-from qaina_bench.harness.metrics import METRICS, Column, Metric, glossary, sweep_columns
-from qaina_bench.harness.report import FILES, ReportError, check, write
-from qaina_bench.harness.summary import job_summary
-from qaina_bench.harness.tables import columns_help, job_head, job_line
+from qaina_bench.harness.sweeping import sweepcsv
+from qaina_bench.harness.results.metrics import METRICS, Column, Metric, glossary, sweep_columns
+from qaina_bench.harness.results.report import FILES, ReportError, check, write
+from qaina_bench.harness.results.summary import job_summary
+from qaina_bench.harness.results.tables import columns_help, job_head, job_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,8 +50,8 @@ def test_the_glossary_names_every_metric_column_and_where_it_is_computed():
     text = glossary()
     for column in sweep_columns():
         assert f"`{column}`" in text
-    assert "`harness/metrics.py:slots_peak`" in text
-    assert "harness/sampling.py:Sampler._sample_slots" in text  # slots in use
+    assert "`harness/results/metrics.py:slots_peak`" in text
+    assert "harness/running/sampling.py:Sampler._sample_slots" in text  # slots in use
     assert "hosts/agent.py" in text  # the per-iteration error
 
 

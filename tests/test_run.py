@@ -13,9 +13,9 @@ from datetime import datetime
 import pytest
 
 from qaina_bench.harness.config import RunConfig
-from qaina_bench.harness import network
-from qaina_bench.harness.processes import deferred_signals, ignored_signals
-from qaina_bench.harness.run import build_topology, new_run_id
+from qaina_bench.harness.running import network
+from qaina_bench.harness.running.processes import deferred_signals, ignored_signals
+from qaina_bench.harness.running.run import build_topology, new_run_id
 
 
 # -- new_run_id -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from qaina_bench.harness.cli import main
 from qaina_bench.harness.config import ConfigError, RunConfig
-from qaina_bench.harness.sweep import Spec
+from qaina_bench.harness.sweeping.sweep import Spec
 from qaina_bench.hosts.agent import AgentConfig
 from qaina_bench.settings import SECTION_OF, SECTIONS, Settings, default_of, flag_of
 

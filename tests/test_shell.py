@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from conftest import SwitchLab, root
-from qaina_bench.harness.control import PRIMARY_ELECTION_ID
+from qaina_bench.harness.switches.control import PRIMARY_ELECTION_ID
 from qaina_bench.p4.p4info import P4Info
-from qaina_bench.harness.record import RunRecord, record_dir
+from qaina_bench.harness.running.record import RunRecord, record_dir
 from qaina_bench.harness.shelltool import (PROJECT_DIR, ShellError, backup_election_id,
                                            find_switch, shell_python, shell_venv)
 

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from qaina_bench.harness.sampling import Sampler
-from qaina_bench.harness.summary import job_summary, validity
-from qaina_bench.harness.sweepcsv import run_row, steady
+from qaina_bench.harness.running.sampling import Sampler
+from qaina_bench.harness.results.summary import job_summary, validity
+from qaina_bench.harness.sweeping.sweepcsv import run_row, steady
 
 JOB = {"job_id": 1, "index": 0, "bits": 4, "workers": 2, "lanes": 5, "payload_words": 32,
        "slots": 8}

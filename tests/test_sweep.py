@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qaina_bench.harness.sweep import Spec, SweepError, plan, slots_for
+from qaina_bench.harness.sweeping.sweep import Spec, SweepError, plan, slots_for
 from qaina_bench.harness.config import RunConfig
 from qaina_bench.hosts.traces import open_trace
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from qaina_bench.harness.config import RunConfig
-from qaina_bench.harness.run import Run
-from qaina_bench.harness.targets import bmv2_missing
+from qaina_bench.harness.running.run import Run
+from qaina_bench.harness.switches.targets import bmv2_missing
 from qaina_bench.hosts.lanes import LaneFormat
 
 @pytest.fixture(params=["embedded", pytest.param("bmv2", marks=pytest.mark.bmv2)])

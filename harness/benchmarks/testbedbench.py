@@ -17,8 +17,8 @@ import numpy as np
 def testbed_bench(topo: str, bits: int, bw: float | None, iterations: int, workdir: Path,
                   jobs: int, mode: str = "ina", workers: int = 4, **options) -> dict:
     """One ``up`` run; returns its summary."""
-    from .config import RunConfig
-    from .run import Run
+    from ..config import RunConfig
+    from ..running.run import Run
     cfg = RunConfig.flat(topo=topo, jobs=jobs, workers=workers, bits=[bits],
                          iterations=iterations, bw=bw, results_dir=str(workdir), mode=mode,
                          **options)
@@ -106,7 +106,7 @@ def ratio_table(workdir: Path, iterations: int, bw: float, repeat: int, workers:
     n / (2(n-1)): 0.57 at n = 8)."""
     print(f"in-network against ring: star, 1 job x {workers} workers, b=4, {bw} Mbit/s, "
           f"{words}-word packets, trace {trace}, {iterations} iterations, {repeat} runs each")
-    from ..hosts.recorder import ensure
+    from ...hosts.recorder import ensure
     ensure(trace, log=print)
     times: dict[str, list[float]] = {"ina": [], "ring": []}
     for k in range(repeat):
@@ -163,7 +163,7 @@ def cost_table(workdir: Path, iterations: int, repeat: int, csv_file=None,
     run's processes), in-network, ring and parameter server at n = 4 and 8 on the star,
     b=4, unshaped and at 16 Mbit/s: mean and range over ``repeat`` runs of each (the
     repeats interleaved), and the fidelity verdicts; written as CSV to ``csv_file``."""
-    from ..hosts.recorder import ensure
+    from ...hosts.recorder import ensure
     print(f"CPU cost: star, 1 job, b=4, {words}-word packets, trace {trace}, {iterations} "
           f"iterations, {repeat} runs each; CPU s per million aggregated elements")
     ensure(trace, log=print)
@@ -218,7 +218,7 @@ def headline_table(workdir: Path, iterations: int, repeat: int,
     digits-mlp-wide``, unshaped, in-network and ring: Melem/s per job and the agents'
     CPU seconds per million aggregated elements, mean and range over ``repeat`` runs
     (interleaved)."""
-    from ..hosts.recorder import ensure
+    from ...hosts.recorder import ensure
     print(f"headline: star, 2 jobs x 8 workers, b=4, 256-word packets, trace {trace}, "
           f"{iterations} iterations, unshaped, {repeat} runs each")
     ensure(trace, log=print)

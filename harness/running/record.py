@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from .firewall import delete_table, table_exists
+from ..switches.firewall import delete_table, table_exists
 
 def record_dir() -> Path:
     """Where run records live: ``$QAINA_RECORD_DIR``, by default /run/qaina-bench."""

@@ -3,10 +3,10 @@
 ``summarise`` writes ``iterations.csv`` from the agents' records and computes every
 number of ``summary.json`` from the rows of ``iterations.csv`` and
 ``timeseries.csv`` (``job_summary``: every job metric of the registry in
-``harness/metrics.py``, completion times, throughput, slot usage, register-bit
+``harness/results/metrics.py``, completion times, throughput, slot usage, register-bit
 efficiency, aggregation error and what a plugin adds; ``validity``: what may make the figures
 untrustworthy; ``fidelity``: what bound each job, links or CPU, and ``cpu_cost``: the
-CPU seconds of each component, both defined in ``harness/fidelity.py``);
+CPU seconds of each component, both defined in ``harness/results/fidelity.py``);
 ``tests/test_summary.py`` checks the figures on tables worked out by hand,
 ``tests/test_summary_run.py`` a real run's against sources of their own.
 ``load_summary``, ``describe_run`` and ``list_runs`` read result sets back.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .fidelity import cpu_cost, job_fidelity, overall
 from .metrics import JobData, _mean, job_values  # noqa: F401  (_mean: for older imports)
-from .modes import in_switch
+from ..modes import in_switch
 from .plots import plot
 from .resultset import ITERATION_COLUMNS, ResultWriter, read_csv
 
@@ -44,7 +44,7 @@ def software_versions() -> dict:
     control plane parsed P4Runtime with (upb, cpp or python)."""
     from importlib import metadata
 
-    from ..p4.proto import PROVIDER, implementation
+    from ...p4.proto import PROVIDER, implementation
     out = {"python": platform.python_version(), "kernel": platform.release()}
     for dist in ("qaina-bench", "numpy", "grpcio", "protobuf", PROVIDER, "mininet", "scapy"):
         try:
@@ -74,7 +74,7 @@ def learning(rows: list[dict], start: float, target: float) -> dict:
 def job_summary(job: dict, rows: list[dict], samples: list[dict], aggregator: str | None,
                 warmups: list[dict], target_accuracy: float = 0.9) -> dict:
     """The summary of one job from its iteration rows and switch samples: every job
-    metric of ``harness/metrics.py`` (``METRICS``), and what it learned (``--train``)."""
+    metric of ``harness/results/metrics.py`` (``METRICS``), and what it learned (``--train``)."""
     mine = [r for r in rows if r["job"] == job["job_id"]]
     out = dict(job)
     if not mine:
@@ -195,7 +195,7 @@ def link_summary(samples: list[dict]) -> dict:
 
 
 def fidelity(job: dict, rows: list[dict], series: dict, cfg, meta: dict) -> dict:
-    """The job's fidelity verdict (``harness/fidelity.py``) from the run's tables: the
+    """The job's fidelity verdict (``harness/results/fidelity.py``) from the run's tables: the
     links of its hosts and the processes it depends on, as the run recorded them."""
     processes = [p["name"] for p in meta.get("processes", [])
                  if p.get("job") in (None, job["job_id"])]

@@ -14,7 +14,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..hosts.agent import AgentConfig
+from ...hosts.agent import AgentConfig
 
 
 @dataclass

@@ -166,7 +166,7 @@ class CpuLedger:
         return t.user, t.system
 
     def readings(self) -> dict | None:
-        """The raw figures of the window (``harness/fidelity.py`` derives the rest)."""
+        """The raw figures of the window (``harness/results/fidelity.py`` derives the rest)."""
         if self.ended is None:
             return None
         processes = {}

@@ -12,8 +12,8 @@ import time
 
 import grpc
 
-from ..p4.p4info import P4Info, decode, encode
-from ..p4.proto import code_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2, text_format
+from ...p4.p4info import P4Info, decode, encode
+from ...p4.proto import code_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2, text_format
 
 _ACTION = p4runtime_pb2.SetForwardingPipelineConfigRequest
 

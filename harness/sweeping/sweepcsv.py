@@ -1,9 +1,9 @@
 """``sweep.csv``: one row per run of a sweep, joining its summary.
 
-Every figure of a row comes from the run's own ``summary.json`` (``harness/summary.py``)
+Every figure of a row comes from the run's own ``summary.json`` (``harness/results/summary.py``)
 and ``iterations.csv``; the metric columns, how each combines the jobs of a run (times
 averaged, rates added) and their definitions are the metric registry's
-(``harness/metrics.py``, ``METRICS``), listed at the end of this docstring and in
+(``harness/results/metrics.py``, ``METRICS``), listed at the end of this docstring and in
 README's glossary. The other columns: the point and repeat, the run's id, status and
 note, and its configuration (``CONFIG_COLUMNS``).
 """
@@ -14,7 +14,7 @@ import csv
 import json
 from pathlib import Path
 
-from .metrics import METRICS, steady, sweep_columns, sweep_values  # noqa: F401
+from ..results.metrics import METRICS, steady, sweep_columns, sweep_values  # noqa: F401
 
 CONFIG_COLUMNS = ["topo", "target", "mode", "jobs", "workers", "bits", "quantizer", "compress",
                   "payload_words", "pack", "bw", "delay", "loss", "slots", "pool_slots",
@@ -29,7 +29,7 @@ def columns(axes: list[str]) -> list[str]:
 
 def _column_doc() -> str:
     """The metric columns with their definitions, from the registry."""
-    lines = ["", "Metric columns (``harness/metrics.py``):", ""]
+    lines = ["", "Metric columns (``harness/results/metrics.py``):", ""]
     for name in METRICS.names():
         m = METRICS.get(name)
         for column, how in ([(m.name, "per run")] if m.scope == "run" else m.sweep):

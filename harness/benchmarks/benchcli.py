@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
-from ..hosts.collective import MODES
-from .plugincli import RegistryChoice
+from ...p4.header import PAYLOAD_WORDS, QAINA_WORDS
+from ...hosts.collective import MODES
+from ..plugincli import RegistryChoice
 
 
 @click.group()
@@ -101,5 +101,5 @@ def bench_control(repeat, words):
 @bench.command("codec")
 def bench_codec():
     """Agent encode/decode throughput (fp32 MB/s, one core)."""
-    from ..hosts import codec_bench
+    from ...hosts import codec_bench
     sys.exit(codec_bench.main([]))

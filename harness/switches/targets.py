@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..p4 import program
-from ..p4.header import QAINA_WORDS
-from ..p4.p4info import P4Info, difference
+from ...p4 import program
+from ...p4.header import QAINA_WORDS
+from ...p4.p4info import P4Info, difference
 from .firewall import FirewallError, ThriftGuard
 
 TARGETS = ("embedded", "bmv2")

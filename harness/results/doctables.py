@@ -1,7 +1,7 @@
 """The tables and quoted values of the docs, made from the CSVs in ``docs/data/``.
 
 ``BLOCKS`` maps a marked block's name to the function that writes it, ``VALUES`` a
-marked value's (``harness/report.py`` has the markers). A sweep's points combine their
+marked value's (``harness/results/report.py`` has the markers). A sweep's points combine their
 repeats as the figures do: the mean, with the range of the repeats where it shows at
 the table's precision. ``docs/data/README.md`` says where each CSV comes from.
 """

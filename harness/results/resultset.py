@@ -4,7 +4,7 @@ A result set holds ``config.yaml`` (the resolved configuration), ``iterations.cs
 (one row per job, worker and iteration: ``ITERATION_COLUMNS``), ``timeseries.csv``
 (switch samples, link counters, drops by reason, CPU time counters of the run's
 processes and of the machine: ``TIMESERIES_COLUMNS``),
-``summary.json`` (``harness/summary.py``), plots (``harness/plots.py``), ``logs/``
+``summary.json`` (``harness/results/summary.py``), plots (``harness/results/plots.py``), ``logs/``
 and ``agents/``. The writer appends as the run goes, so an interrupted run keeps
 what it measured.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from ..p4.constants import DROP_NAMES
+from ...p4.constants import DROP_NAMES
 
 
 ITERATION_COLUMNS = ["job", "worker", "iteration", "start", "end", "completion_s", "elements",

@@ -5,7 +5,7 @@ offsets (``0,0.5,1``: seconds, one per job) or a seeded Poisson process
 (``poisson:GAP``: exponential gaps of mean GAP seconds, the first job at 0, drawn
 from ``--seed``). ``Admission`` admits arrived jobs in arrival order while their
 slots fit the pool (first fit, contiguous ranges: the static partition of
-``harness/jobs.py``, made at admission instead of at start) and frees a job's range
+``harness/switches/jobs.py``, made at admission instead of at start) and frees a job's range
 when it leaves; a job that does not fit waits for one that leaves. Jobs behind a
 waiting job wait too (first come, first served: no job overtakes another).
 """
@@ -16,7 +16,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from .config import ConfigError
+from ..config import ConfigError
 
 
 def arrival_offsets(spec: str | None, jobs: int, seed: int = 0) -> list[float] | None:

@@ -3,9 +3,9 @@
 A ``Metric`` says what a number is (name, unit, one-line definition), which function
 computes it, how it combines over the jobs of a run and over the repeats of a sweep
 point, and where it appears: per job in ``summary.json`` (``scope="job"``) or once per
-run, as columns of ``sweep.csv`` and of the CLI's job table. ``harness/summary.py``
-fills a job's metrics from ``job_values``, ``harness/sweepcsv.py`` takes its columns
-and a run's row from ``sweep_columns`` and ``sweep_values``, ``harness/tables.py`` the
+run, as columns of ``sweep.csv`` and of the CLI's job table. ``harness/results/summary.py``
+fills a job's metrics from ``job_values``, ``harness/sweeping/sweepcsv.py`` takes its columns
+and a run's row from ``sweep_columns`` and ``sweep_values``, ``harness/results/tables.py`` the
 CLI's columns from ``table_metrics``, and ``qaina-bench report`` writes README's
 glossary from ``glossary``.
 
@@ -23,8 +23,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..p4.header import QAINA_WORDS
-from ..plugins import Registry
+from ...p4.header import QAINA_WORDS
+from ...plugins import Registry
 from .resultset import read_csv
 
 #: how a job metric becomes one number of a run in sweep.csv
@@ -105,7 +105,7 @@ class Metric:
 
     @property
     def computed_in(self) -> str:
-        """The module and function that compute it, e.g. ``harness/metrics.py:slots_peak``."""
+        """The module and function that compute it, e.g. ``harness/results/metrics.py:slots_peak``."""
         module = inspect.getmodule(self.compute)
         name = module.__name__ if module else "?"
         parts = name.split(".")
@@ -257,7 +257,7 @@ def steady(directory: Path, compressed: bool) -> tuple[float | None, float | Non
 
 # -- the built-in metrics, in the order of sweep.csv's columns ----------------------------
 SLOTS_SOURCE = ("slots_in_use = slots_opened - slots_closed per sample: "
-                "`harness/sampling.py:Sampler._sample_slots`")
+                "`harness/running/sampling.py:Sampler._sample_slots`")
 ERROR_SOURCE = "per worker and iteration against the exact fp32 sum: `hosts/agent.py`"
 
 
@@ -452,51 +452,51 @@ def steady_bytes_per_iteration(summary: dict, directory: Path):
 
 
 @run_metric("span_s", "s", "the first packet of any agent (warm-up included) to the last "
-            "iteration done", source="`harness/summary.py:summarise`")
+            "iteration done", source="`harness/results/summary.py:summarise`")
 def span_s(summary: dict, directory: Path):
     return summary.get("span_s")
 
 
 @run_metric("cpu_saturated", "0/1", "1 if the sampler found the CPU saturated (all cores or "
             "a process over 90% busy): the rule of runs without a fidelity verdict",
-            source="`harness/sampling.py:Sampler.cpu`")
+            source="`harness/running/sampling.py:Sampler.cpu`")
 def cpu_saturated(summary: dict, directory: Path):
     return 1 if ((summary.get("validity") or {}).get("cpu") or {}).get("saturated") else 0
 
 
 @run_metric("fidelity", "verdict", "what bound the run's jobs: network-bound, cpu-bound, "
             "mixed or n/a (empty before the verdict existed)",
-            source="`harness/fidelity.py:job_fidelity`, `overall`")
+            source="`harness/results/fidelity.py:job_fidelity`, `overall`")
 def fidelity(summary: dict, directory: Path):
     return (summary.get("fidelity") or {}).get("verdict")
 
 
 @run_metric("cpu_s_per_melem", "CPU s/Melem", "CPU seconds of the run's processes per "
-            "million aggregated elements", source="`harness/fidelity.py:cpu_cost`")
+            "million aggregated elements", source="`harness/results/fidelity.py:cpu_cost`")
 def cpu_s_per_melem(summary: dict, directory: Path):
     return (summary.get("cpu_cost") or {}).get("s_per_melem")
 
 
 @run_metric("cpu_busy", "share", "the cores' busy share, mean over the run",
-            source="`harness/sampling.py:Sampler.cpu`")
+            source="`harness/running/sampling.py:Sampler.cpu`")
 def cpu_busy(summary: dict, directory: Path):
     return ((summary.get("validity") or {}).get("cpu") or {}).get("cores_busy_mean")
 
 
 @run_metric("warnings", "warnings", "how many validity warnings the run has",
-            source="`harness/summary.py:validity`")
+            source="`harness/results/summary.py:validity`")
 def warnings(summary: dict, directory: Path):
     return len((summary.get("validity") or {}).get("warnings") or [])
 
 
 @run_metric("jobs_fit", "0/1", "1 for a point that ran; 0 for a point whose jobs the pool "
-            "refused", source="`harness/sweeprun.py` (the refused points)")
+            "refused", source="`harness/sweeping/sweeprun.py` (the refused points)")
 def jobs_fit(summary: dict, directory: Path):
     return 1
 
 
 @run_metric("switch_link_bytes", "bytes", "bytes that crossed switch-to-switch links",
-            source="`harness/summary.py:tier_bytes`")
+            source="`harness/results/summary.py:tier_bytes`")
 def switch_link_bytes(summary: dict, directory: Path):
     return (summary.get("tier_bytes") or {}).get("switch_links")
 

@@ -11,7 +11,7 @@ switch drops is lost, and the sender's next use of that slot then looks to the
 switch like retransmissions of the use before (which an overloaded embedded switch
 sheds too). Run as root::
 
-    python -m qaina_bench.harness.bench switch --target embedded --target bmv2
+    python -m qaina_bench.harness.benchmarks.bench switch --target embedded --target bmv2
 
 ``testbed`` (``testbedbench.py``): whole runs (transport, repeatability, elements/s,
 in-network / ring, the CPU cost table).
@@ -33,17 +33,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..hosts.collective import MODES
-from ..hosts.lanes import LaneFormat
-from ..p4 import program
-from ..p4.constants import Drop
-from ..p4.embedded.ports import Port
-from ..p4.header import PAYLOAD_WORDS, QAINA_WORDS
-from .control import SwitchConnection
-from .jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_int, program_aggregator,
+from ...hosts.collective import MODES
+from ...hosts.lanes import LaneFormat
+from ...p4 import program
+from ...p4.constants import Drop
+from ...p4.embedded.ports import Port
+from ...p4.header import PAYLOAD_WORDS, QAINA_WORDS
+from ..switches.control import SwitchConnection
+from ..switches.jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_int, program_aggregator,
                    program_guard, program_job, program_route)
-from .record import RunRecord
-from .targets import make_target
+from ..running.record import RunRecord
+from ..switches.targets import make_target
 from .testbedbench import (COST_MODES, COST_WORKERS, TESTBED_TABLES, comparison_table,
                            cost_table, headline_table, ratio_table, repeat_table,
                            transport_table)
@@ -62,7 +62,7 @@ def _free_port() -> int:
 
 def _frames(job: Job, slots: int, words: int = QAINA_WORDS) -> list[tuple[int, bytes]]:
     """(worker, frame) for two uses of every slot, in arrival order."""
-    from ..p4.header import IP_CSUM, QAINA_STRUCT, QAINA_UDP_PORT, ipv4_checksum, wire
+    from ...p4.header import IP_CSUM, QAINA_STRUCT, QAINA_UDP_PORT, ipv4_checksum, wire
     lengths = wire(words)
     rng = np.random.default_rng(0)
     out = []
@@ -233,7 +233,7 @@ def _switch_stats(log_path: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m qaina_bench.harness.bench")
+    ap = argparse.ArgumentParser(prog="python -m qaina_bench.harness.benchmarks.bench")
     sub = ap.add_subparsers(dest="what", required=True)
     sw = sub.add_parser("switch", help="aggregation packets/s through one switch")
     sw.add_argument("--target", action="append", choices=["embedded", "bmv2"],
@@ -308,7 +308,7 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
     (mean, and the range over ``repeat`` runs); with two targets, the ratio of their
     best means. Without ``rates``: a sweep, then twice its peak (the most aggregated,
     mean of the runs), and how much of the peak the switch keeps there (overload)."""
-    from .targets import bmv2_missing, toolchain
+    from ..switches.targets import bmv2_missing, toolchain
     if "bmv2" in kinds and bmv2_missing():
         print(f"bmv2: {bmv2_missing()}")
         return 2

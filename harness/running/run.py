@@ -19,21 +19,21 @@ from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
-from ..hosts import kernels
-from ..hosts.agent import AgentConfig
-from ..hosts.fallback import FallbackConfig
-from ..hosts.lanes import LaneFormat
-from .modes import mode_of
-from ..p4.header import QAINA_WORDS
-from ..hosts.traces import find_trace
-from .resultset import ResultWriter
-from .summary import summarise
-from ..topologies import LinkParams
-from .config import ConfigError, RunConfig
+from ...hosts import kernels
+from ...hosts.agent import AgentConfig
+from ...hosts.fallback import FallbackConfig
+from ...hosts.lanes import LaneFormat
+from ..modes import mode_of
+from ...p4.header import QAINA_WORDS
+from ...hosts.traces import find_trace
+from ..results.resultset import ResultWriter
+from ..results.summary import summarise
+from ...topologies import LinkParams
+from ..config import ConfigError, RunConfig
 from .cpulimit import limit_problem
 from .cpustat import CpuLedger
 from .arrivals import Admission, SlotPool, arrival_offsets
-from .jobs import Job, aggregator_ip, int_to_ip, partition_slots
+from ..switches.jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records

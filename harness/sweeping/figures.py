@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .metrics import over_repeats
+from ..results.metrics import over_repeats
 from .sweep import Spec, SweepError
 from .sweeprun import CSV_FILE, SPEC_FILE
 

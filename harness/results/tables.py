@@ -1,6 +1,6 @@
 """The result tables the CLI prints: a run's job table (``print_summary``), its
 fidelity verdicts and CPU cost (``print_fidelity``), and what the job table's columns
-mean (``columns_help``). The metric columns are the registry's (``harness/metrics.py``:
+mean (``columns_help``). The metric columns are the registry's (``harness/results/metrics.py``:
 every job metric with a ``table`` column, in registration order)."""
 
 from __future__ import annotations

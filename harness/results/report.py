@@ -4,7 +4,7 @@ A generated part of a Markdown file sits between marker comments: a block on lin
 of its own (README's glossary ``<!-- metrics -->`` ... ``<!-- /metrics -->``, a table
 ``<!-- table:NAME -->`` ... ``<!-- /table:NAME -->``) or a
 value inside a sentence (``<!-- value:NAME -->889.8<!-- /value -->``). ``render``
-rewrites every marked part from its generator (``harness/doctables.py``: ``BLOCKS``
+rewrites every marked part from its generator (``harness/results/doctables.py``: ``BLOCKS``
 and ``VALUES``, which read the CSVs of ``docs/data/``); ``check`` says which marked
 part, if any, differs from what its data gives.
 """

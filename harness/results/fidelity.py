@@ -37,7 +37,7 @@ The verdict (``verdict``; the thresholds are ``NETWORK_BOUND``, ``WELL_BELOW`` a
 * ``mixed`` otherwise: a link between 75% and 90% with a saturated CPU, or links
   below 90% with an unsaturated CPU (latency, window, loss recovery).
 
-``cpu_cost`` turns the ``CpuLedger``'s readings (``harness/cpustat.py``) into CPU
+``cpu_cost`` turns the ``CpuLedger``'s readings (``harness/running/cpustat.py``) into CPU
 seconds per component and per million aggregated elements.
 """
 

@@ -80,7 +80,7 @@ def _row(spec: Spec, t: Task) -> dict | None:
 def run_sweep(spec: Spec, sweep_dir: Path, echo, retry_failed: bool = True) -> dict:
     """Carry out the sweep; returns counts by outcome. Raises SweepInterrupted on
     Ctrl-C (after the run under way has been torn down and written)."""
-    from .run import Run
+    from ..running.run import Run
     sweep_dir = Path(sweep_dir)
     check_directory(spec, sweep_dir)
     plan(spec, sweep_dir)  # every point checked before a trace is recorded
@@ -139,15 +139,15 @@ def run_sweep(spec: Spec, sweep_dir: Path, echo, retry_failed: bool = True) -> d
 def _one(Run, task: Task, log) -> tuple[str, bool]:
     """Run one task: its status ('complete', 'failed', 'interrupted', 'timeout', ...),
     and whether Ctrl-C or SIGTERM came during it (also while it was torn down)."""
-    from .control import ControlError
-    from .run import RunError
-    from .targets import TargetError
+    from ..switches.control import ControlError
+    from ..running.run import RunError
+    from ..switches.targets import TargetError
 
     def echo(*parts, nl=True, **_):
         text = " ".join(str(x) for x in parts)
         if not text.startswith("\r"):  # progress lines are for a terminal
             log.write(text + ("\n" if nl else ""))
-    from .config import ConfigError
+    from ..config import ConfigError
     try:
         run = Run(task.cfg, echo=echo)
     except ConfigError as exc:  # e.g. another run is live

@@ -5,7 +5,7 @@
 switch over P4Runtime, installs the pipeline and the routes (shortest paths, one /32
 per host and per aggregator address) and the source address validation of every
 port, and programs jobs on the aggregating switch.
-With ``host_cpu``, every host is CPU-limited (``harness/cpulimit.py``).
+With ``host_cpu``, every host is CPU-limited (``harness/running/cpulimit.py``).
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ from mininet.log import lg
 from mininet.net import Mininet
 from mininet.node import Host, Switch
 
-from ..p4 import program
-from ..p4.header import FALLBACK_WORKER, QAINA_WORDS
-from .control import SwitchConnection
+from ...p4 import program
+from ...p4.header import FALLBACK_WORKER, QAINA_WORDS
+from ..switches.control import SwitchConnection
 from .cpulimit import LimitedHost, cgroup_dirs
 from .linkloss import apply_loss, remove_table
-from .jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, free_copies,
+from ..switches.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, free_copies,
                    guard_entries, ip_to_int, mac_to_int, program_aggregator, program_job,
                    release_job, result_entry, source_entry)
 from .record import RunRecord
-from .targets import make_target
+from ..switches.targets import make_target
 
 
 def free_port() -> int:

@@ -12,12 +12,12 @@ A sweep spec (YAML, see ``experiments/README.md``) holds:
 ``window_elements`` optional: every job keeps this many gradient elements in flight,
                     so its slots are ceil(E / (payload words x values per word))
 ``traces``          optional: trace sets to record first if they are missing
-``plot``            the figure ``qaina-bench plot`` draws (``harness/figures.py``)
+``plot``            the figure ``qaina-bench plot`` draws (``harness/sweeping/figures.py``)
 ``quick``           optional: replaces parts of the spec for ``--quick`` (per grid axis)
 
 A sweep directory holds ``spec.yaml`` (the resolved spec), ``runs/<run-id>/`` (one
 result set per point and repeat), ``sweep.csv`` (their summaries joined, one row per
-run; ``harness/sweepcsv.py``) and ``sweep.log`` (what the runs printed). A point whose
+run; ``harness/sweeping/sweepcsv.py``) and ``sweep.log`` (what the runs printed). A point whose
 run finished is skipped when the sweep is run again, so Ctrl-C loses at most the run
 under way (its result set stays, renamed ``<run-id>.attempt<N>``).
 """
@@ -35,9 +35,9 @@ from pathlib import Path
 
 import yaml
 
-from ..hosts.lanes import LaneFormat
-from ..settings import SECTION_OF, SECTIONS
-from .config import RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing
+from ...hosts.lanes import LaneFormat
+from ...settings import SECTION_OF, SECTIONS
+from ..config import RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing
 
 SPEC_KEYS = {"name", "description", "base", "grid", "repeats", "window_elements", "traces",
              "plot", "quick"}
@@ -240,7 +240,7 @@ def _grid(grid, where: str) -> dict:
 def _traces(traces, where: str) -> list | None:
     """Trace sets to record first: a recipe's name (``hosts/recorder.RECIPES``) or a
     mapping of ``traces record`` options with a name."""
-    from ..hosts.recorder import RECIPES
+    from ...hosts.recorder import RECIPES
     if traces is None:
         return None
     if not isinstance(traces, list):
@@ -370,8 +370,8 @@ def set_aside(directory: Path) -> Path:
 
 def prepare_traces(spec: Spec, echo) -> None:
     """Record the trace sets the spec needs that cannot be found (user's directory)."""
-    from ..hosts.recorder import ensure
-    from ..hosts.traces import TraceError
+    from ...hosts.recorder import ensure
+    from ...hosts.traces import TraceError
     for t in spec.traces or []:
         name, recipe = (t, None) if isinstance(t, str) else (t["name"], _recipe(t))
         start = time.monotonic()

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..hosts.lanes import LaneFormat
-from ..p4.constants import MAX_JOBS, MAX_WORKERS, POOL_SLOTS
-from ..p4.header import FALLBACK_WORKER
+from ...hosts.lanes import LaneFormat
+from ...p4.constants import MAX_JOBS, MAX_WORKERS, POOL_SLOTS
+from ...p4.header import FALLBACK_WORKER
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@
   ``slow_interval``. ``SATURATED`` says when a run's timings measure the machine
   rather than the network (the rule of result sets made before the fidelity verdict).
   The same ticks write cumulative counters to ``timeseries.csv`` from which
-  ``harness/fidelity.py`` takes any interval: ``kind=proc`` per process, user and
+  ``harness/results/fidelity.py`` takes any interval: ``kind=proc`` per process, user and
   system seconds and seconds waiting for a CPU (``cpustat``); ``kind=cpu`` the
   machine's seconds per state (``/proc/stat``).
 
@@ -27,7 +27,7 @@ import numpy as np
 import psutil
 
 from .cpustat import STAT_FIELDS, SchedClock, machine_times, process_times
-from .resultset import ResultWriter
+from ..results.resultset import ResultWriter
 
 COUNTERS = ("MyIngress.slots_opened", "MyIngress.slots_closed", "MyIngress.agg_packets",
             "MyIngress.retx_answered", "MyEgress.results_sent", "MyIngress.fallback_packets")

@@ -25,17 +25,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..hosts.lanes import LaneFormat
-from ..p4 import program
-from ..p4.constants import POOL_SLOTS
-from ..p4.header import QAINA_WORDS
-from ..p4.proto import PROTOBUF_VERSION, implementation, p4runtime_pb2
+from ...hosts.lanes import LaneFormat
+from ...p4 import program
+from ...p4.constants import POOL_SLOTS
+from ...p4.header import QAINA_WORDS
+from ...p4.proto import PROTOBUF_VERSION, implementation, p4runtime_pb2
 from .bench import AGG_IP, WORKERS, VethPorts, _frames, _free_port
-from .control import SwitchConnection
-from .jobs import Job, Worker, program_aggregator, program_job, program_route
-from .record import RunRecord
-from .sampling import COUNTERS
-from .targets import make_target
+from ..switches.control import SwitchConnection
+from ..switches.jobs import Job, Worker, program_aggregator, program_job, program_route
+from ..running.record import RunRecord
+from ..running.sampling import COUNTERS
+from ..switches.targets import make_target
 
 
 def read_everything(conn: SwitchConnection) -> tuple[int, int]:
