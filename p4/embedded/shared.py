@@ -4,12 +4,12 @@ A job of the shared allocation has no slots of its own: a chunk ``(job_id, seq)`
 claims a free copy of the shared region or joins the copy that holds it; anything
 else goes unsummed to the job's fallback host (the upstream). Read it next to the
 ``shared`` branch of ``MyIngress.apply``. ``Pipeline`` takes these methods in;
-the state (registers, counters, ``_owner``) is the pipeline's own.
+the state (registers, counters, ``_owner``) and the steps both allocations share
+(``_add``, ``_to_upstream``, ``_result_to_all``, ...) are the pipeline's own.
 """
 
 from __future__ import annotations
 
-import numpy as np
 
 from ..constants import Drop
 from ..header import FALLBACK_PARTIAL, FLAG_FALLBACK, FLAG_FLUSH, FLAG_RETX, QAINA_AT
@@ -132,16 +132,6 @@ class SharedPool:
             self._count[copy] = 1
             return
         self._shared_complete(buf, payload, length, copy, cell, exp, up)
-
-    def _add(self, row, payload, copy: int, exp: int) -> int:
-        """ADD_WORD over the payload and the exponent's maximum kept in the copy;
-        returns the maximum (what the packet carries on)."""
-        np.add(row, payload, row)
-        stored = self._exp[copy]
-        if stored > exp:
-            return stored
-        self._exp[copy] = exp
-        return exp
 
     def _shared_complete(self, buf, payload, length: int, copy: int, cell: int, exp: int,
                          up: tuple):
