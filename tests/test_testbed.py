@@ -211,7 +211,7 @@ def test_lossy_links_still_aggregate_every_chunk_exactly_once(tmp_path, target):
 def test_slow_lossless_links_need_no_retransmission(tmp_path):
     """0.3 Mbit/s links queue a whole window: the RTO follows the queueing delay,
     nothing is resent, and the run takes what the links need for its bytes."""
-    from qaina_bench.harness.benchmarks.bench import link_bound_time
+    from qaina_bench.harness.benchmarks.testbedbench import link_bound_time
     summary, directory = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[32],
                                  iterations=2, bw=0.3)
     assert summary["complete"], summary["errors"]

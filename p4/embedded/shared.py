@@ -10,7 +10,6 @@ the state (registers, counters, ``_owner``) and the steps both allocations share
 
 from __future__ import annotations
 
-
 from ..constants import Drop
 from ..header import FALLBACK_PARTIAL, FLAG_FALLBACK, FLAG_FLUSH, FLAG_RETX, QAINA_AT
 
