@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -337,8 +338,11 @@ def evaluate():
               default="both", show_default=True)
 @click.option("--extras/--no-extras", default=True, show_default=True,
               help="also the b = 1 signs and GradiVeQ")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="write the table to this CSV file too (docs/data's columns)")
 def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh, seeds,
-                     train_iterations, model, lr, batch_size, hidden, width, ef, extras):
+                     train_iterations, model, lr, batch_size, hidden, width, ef, extras,
+                     csv_path):
     """Relative error of every quantizer at every bit width, with and without error
     feedback, the b = 1 signs and GradiVeQ, on a trace set; with --train-iterations,
     the final test accuracy of training the digits job from those aggregates."""
@@ -366,10 +370,16 @@ def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh,
                   f"batch {batch_size} per worker" if train_iterations else ""))
     click.echo(ev.TABLE_HEAD)
     try:
-        ev.compression_table(ts, job if train_iterations else None, scheme_list, workers,
-                             seeds, train_iterations, log=click.echo)
-    except (TraceError, ImportError, ValueError) as exc:
+        csv_file = open(csv_path, "w", newline="") if csv_path else None
+        rows = ev.compression_table(ts, job if train_iterations else None, scheme_list,
+                                    workers, seeds, train_iterations, log=click.echo)
+    except (TraceError, ImportError, ValueError, OSError) as exc:
         _fail(exc)
+    if csv_file is not None:
+        with csv_file:
+            write = csv.DictWriter(csv_file, list(ev.csv_row(rows[0])))
+            write.writeheader()
+            write.writerows(ev.csv_row(r) for r in rows)
 
 
 # -- sweeps ---------------------------------------------------------------------------

@@ -33,8 +33,9 @@ collective (a tree, all-to-all) needs only such a transport.
 **The harness side** is data on the ``Mode`` (the harness reads it; nothing here
 imports the harness): ``in_switch`` (aggregates in the switch: the job holds slots, and
 ``--levels 2`` and ``--allocation shared`` apply), ``server`` (one extra host per job
-and the program it runs there), ``float_sums`` (can sum float32: ``--quantizer none``),
-``summary_fields`` (fields of a job's summary that only this mode has).
+and the program it runs there), ``float_sums`` (can sum float32: ``--quantizer none``).
+A job's summary fields that only in-switch modes have (slots, registers) are the metric
+registry's (``harness/results/metrics.py``), from ``in_switch``.
 """
 
 from __future__ import annotations
@@ -237,11 +238,6 @@ class ServerHost:
         return ["-m", self.module, str(self.port), str(workers)]
 
 
-#: summary fields of a job that only a mode aggregating in the switch has
-SWITCH_FIELDS = ("slots_peak", "slots_mean", "slot_samples", "elements_per_register",
-                 "register_bit_efficiency")
-
-
 @dataclass(frozen=True)
 class Mode:
     """A collective mode: the agent's collective, and what the harness provides for it."""
@@ -251,7 +247,6 @@ class Mode:
     in_switch: bool = False  # the switch sums: slots, --levels 2, --allocation shared
     server: ServerHost | None = None  # an extra host per job, running a server
     float_sums: bool = False  # can sum float32 (--quantizer none at --bits 32)
-    summary_fields: tuple[str, ...] = ()  # summary fields only this mode reports
     connect_note: str = ""  # what the agents do before they report they started
 
 
@@ -272,8 +267,7 @@ def _ps(cfg, log) -> Collective:
                           cfg.run.compression.quantizer == "none")
 
 
-MODES.add("ina", Mode("in the switch's slots", SwitchCollective, in_switch=True,
-                      summary_fields=SWITCH_FIELDS))
+MODES.add("ina", Mode("in the switch's slots", SwitchCollective, in_switch=True))
 MODES.add("ring", Mode("ring all-reduce", _ring, float_sums=True,
                        connect_note="they connect to their ring neighbours over TCP first: "
                        "with heavy --loss that can take long"))

@@ -234,6 +234,10 @@ def compression_table(trace, job_factory, scheme_list, workers: int, seeds: int 
     reference = [closed_loop(job_factory(seed), None, train_iterations, train_iterations)[-1]
                  for seed in range(seeds)] if job_factory else []
     if reference:
+        rows.append({"scheme": "fp32, exact sum", "rel_error": [0.0],
+                     "rel_error_exact_scales": [0.0], "cumulative_error": [0.0],
+                     "clipped_share": [0.0], "values_share": 1.0,
+                     "accuracy": [r[2] for r in reference], "diverged": 0})
         log(f"| fp32, exact sum | 0 | 0 | 0 | 0 | 1.00 | {_spread([r[2] for r in reference])} |")
     for scheme in scheme_list:
         runs = [open_loop(trace, scheme, workers, seed=seed) for seed in range(seeds)]
@@ -255,6 +259,25 @@ def compression_table(trace, job_factory, scheme_list, workers: int, seeds: int 
             f"{100 * np.mean(row['clipped_share']):.2f}% | {row['values_share']:.2f} | "
             f"{_spread(row['accuracy'])}{diverged} |")
     return rows
+
+
+def csv_row(row: dict) -> dict:
+    """A row of ``compression_table`` as the columns of ``docs/data/compression-*.csv``:
+    each figure's mean, min and max over the repeats (empty where it has none), the
+    clipped values in percent, the share of values sent."""
+    out: dict = {"scheme": row["scheme"]}
+    for key, name in (("rel_error", "rel_error"), ("rel_error_exact_scales", "exact_scales"),
+                      ("cumulative_error", "sum_error"), ("accuracy", "accuracy")):
+        v = [x for x in row[key] if x is not None and np.isfinite(x)]
+        exact = row["scheme"] == "fp32, exact sum" and key != "accuracy"
+        out[name] = f"{np.mean(v):.3f}" if v and not exact else ("0" if exact else "")
+        for end, f in (("_min", min), ("_max", max)):
+            out[name + end] = f"{f(v):.3f}" if v and not exact else ""
+    out["clipped_percent"] = ("" if row["scheme"] == "fp32, exact sum"
+                              else f"{100 * np.mean(row['clipped_share']):.2f}")
+    out["values_sent"] = f"{row['values_share']:.2f}"
+    out["diverged"] = row["diverged"]
+    return out
 
 
 TABLE_HEAD = ("| scheme | relative error | with exact scales | of the sum over iterations "

@@ -29,6 +29,9 @@ RECIPES = {
                             learning_rate=0.1, dtype="float16"),
     "digits-mlp-1m": dict(model="mlp", hidden=(1024, 1024), workers=4, iterations=6,
                           learning_rate=0.1, dtype="float16"),
+    # needs PyTorch (docs/compression.md, "Relative error on a real-size trace")
+    "digits-resnet": dict(model="resnet", width=24, workers=8, iterations=12,
+                          learning_rate=0.05, dtype="float16"),
 }
 
 

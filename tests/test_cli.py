@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 
@@ -191,15 +192,27 @@ def test_qsgd_with_error_feedback_at_two_bits_is_refused():
         RunConfig.flat(bits=[2], quantizer="qsgd", error_feedback=True).check()
 
 
-def test_eval_compression_prints_a_row_per_scheme():
+def test_eval_compression_prints_a_row_per_scheme_and_writes_them_as_csv(tmp_path):
+    path = tmp_path / "c.csv"
     code, out = run_cli("eval", "compression", "--workers", "4", "--bits", "4",
-                        "--quantizers", "maxpow2,qsgd", "--seeds", "1",
-                        "--train-iterations", "5", "--no-extras")
+                        "--quantizers", "maxpow2,qsgd", "--seeds", "2",
+                        "--train-iterations", "5", "--no-extras", "--csv", str(path))
     assert code == 0, out
     rows = [line for line in out.splitlines() if line.startswith("| b=")]
     assert [r.split("|")[1].strip() for r in rows] == [
         "b=4 maxpow2", "b=4 maxpow2 EF", "b=4 qsgd", "b=4 qsgd EF"]
     assert "fp32, exact sum" in out
+    with open(path, newline="") as f:
+        got = list(csv.DictReader(f))
+    assert [r["scheme"] for r in got] == ["fp32, exact sum"] + [
+        r.split("|")[1].strip() for r in rows]
+    assert got[0]["rel_error"] == "0" and got[0]["rel_error_min"] == ""
+    for printed, r in zip(rows, got[1:]):  # the CSV's figures are the printed ones
+        cells = [c.strip() for c in printed.split("|")[1:-1]]
+        assert cells[1] == f"{r['rel_error']} ({r['rel_error_min']}-{r['rel_error_max']})"
+        assert cells[3] == f"{r['sum_error']} ({r['sum_error_min']}-{r['sum_error_max']})"
+        assert cells[4] == f"{r['clipped_percent']}%" and cells[5] == r["values_sent"]
+        assert float(r["accuracy_min"]) <= float(r["accuracy"]) <= float(r["accuracy_max"])
 
 
 def test_results_show_reads_a_result_set_made_before_the_fidelity_verdict(tmp_path):

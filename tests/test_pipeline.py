@@ -118,4 +118,3 @@ def test_the_built_in_modes_are_registered_with_their_harness_data():
     assert ps.server is not None and ring.server is None and ina.server is None
     assert ps.server.argv(4)[-2:] == [str(ps.server.port), "4"]
     assert not ina.float_sums and ring.float_sums and ps.float_sums
-    assert "slots_peak" in ina.summary_fields and not ring.summary_fields

@@ -44,9 +44,9 @@ from ..switches.jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_i
                    program_guard, program_job, program_route)
 from ..running.record import RunRecord
 from ..switches.targets import make_target
-from .testbedbench import (COST_MODES, COST_WORKERS, TESTBED_TABLES, comparison_table,
-                           cost_table, headline_table, ratio_table, repeat_table,
-                           transport_table)
+from .testbedbench import (COST_MODES, COST_WORKERS, CSV_TABLES, TESTBED_TABLES,
+                           comparison_table, cost_table, headline_table, ratio_table,
+                           repeat_table, transport_table, write_csv)
 
 AGG_IP = ip_to_int(aggregator_ip(1))
 AGG_MAC = bytes.fromhex(aggregator_mac(1).replace(":", ""))
@@ -245,6 +245,7 @@ def main(argv=None) -> int:
     sw.add_argument("--repeat", type=int, default=1, help="runs per rate (mean and range)")
     sw.add_argument("--payload-words", type=int, action="append", choices=PAYLOAD_WORDS,
                     help="the qaina.p4 build (repeatable; default 32)")
+    sw.add_argument("--csv", help="a row per point also as CSV to this file")
     tb = sub.add_parser("testbed", help="elements/s of b=4 against b=32 and against a ring "
                                         "all-reduce, on real topologies")
     tb.add_argument("--bw", type=float, default=1.0, help="link Mbit/s (links the bottleneck)")
@@ -256,7 +257,8 @@ def main(argv=None) -> int:
                     help="link Mbit/s of the in-network / ring ratio")
     tb.add_argument("--ratio-trace", default="digits-mlp-wide",
                     help="trace set of the in-network / ring ratio")
-    tb.add_argument("--csv", help="the cost table also as CSV to this file")
+    tb.add_argument("--csv", help="the table (one of " + ", ".join(CSV_TABLES)
+                    + ", chosen with --table) also as CSV to this file")
     tb.add_argument("--mode", action="append", choices=MODES.names(),
                     help="the cost table for this scheme only (repeatable; default all)")
     tb.add_argument("--workers", type=int, action="append", choices=COST_WORKERS,
@@ -275,39 +277,63 @@ def main(argv=None) -> int:
         from .controlbench import control_table
         return control_table(args.repeat, args.payload_words)
     if args.what == "testbed":
-        tables = args.table or TESTBED_TABLES
-        try:
-            csv_file = open(args.csv, "w", newline="") if args.csv else None
-        except OSError as exc:
-            ap.error(f"--csv {args.csv}: {exc.strerror or exc}")
-        with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
-            if "transport" in tables:
-                transport_table(Path(tmp), args.iterations)
-            if "repeat" in tables:
-                repeat_table(Path(tmp), args.iterations, args.bw, args.repeat)
-            if "comparison" in tables:
-                comparison_table(Path(tmp), args.iterations, args.bw)
-            if "ratio" in tables:
-                ratio_table(Path(tmp), args.iterations, args.ratio_bw, args.repeat,
-                            trace=args.ratio_trace)
-            if "headline" in tables:
-                headline_table(Path(tmp), args.iterations, args.repeat)
-            if "cost" in tables:
-                cost_table(Path(tmp), args.iterations, args.repeat, csv_file,
-                           modes=args.mode or COST_MODES, workers=args.workers or COST_WORKERS)
+        return _testbed(ap, args)
+    csv_file = _open_csv(ap, args.csv)
+    try:
+        return switch_table(args.target or ["embedded"], args.bits or [4, 32], args.rate,
+                            args.seconds, args.repeat, args.payload_words or [QAINA_WORDS],
+                            csv_file)
+    finally:
         if csv_file is not None:
             csv_file.close()
-        return 0
-    return switch_table(args.target or ["embedded"], args.bits or [4, 32], args.rate,
-                        args.seconds, args.repeat, args.payload_words or [QAINA_WORDS])
+
+
+def _open_csv(ap, path):
+    try:
+        return open(path, "w", newline="") if path else None
+    except OSError as exc:
+        ap.error(f"--csv {path}: {exc.strerror or exc}")
+
+
+def _testbed(ap, args) -> int:
+    """``bench testbed``: the chosen tables, in order; with ``--csv``, the one table's
+    rows written there."""
+    tables = args.table or TESTBED_TABLES
+    if args.csv and (len(tables) != 1 or tables[0] not in CSV_TABLES):
+        ap.error("--csv writes one table: add exactly one --table of "
+                 + ", ".join(CSV_TABLES))
+    csv_file = _open_csv(ap, args.csv)
+    with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
+        work = Path(tmp)
+        if "transport" in tables:
+            transport_table(work, args.iterations)
+        if "repeat" in tables:
+            repeat_table(work, args.iterations, args.bw, args.repeat)
+        if "comparison" in tables:
+            comparison_table(work, args.iterations, args.bw)
+        rows = None
+        if "ratio" in tables:
+            rows = ratio_table(work, args.iterations, args.ratio_bw, args.repeat,
+                               trace=args.ratio_trace)
+        if "headline" in tables:
+            rows = headline_table(work, args.iterations, args.repeat)
+        if "cost" in tables:
+            rows = cost_table(work, args.iterations, args.repeat,
+                              modes=args.mode or COST_MODES,
+                              workers=args.workers or COST_WORKERS)
+    if csv_file is not None:
+        write_csv(csv_file, rows)
+        csv_file.close()
+    return 0
 
 
 def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
-                 repeat: int = 1, words_list=(QAINA_WORDS,)) -> int:
+                 repeat: int = 1, words_list=(QAINA_WORDS,), csv_file=None) -> int:
     """Print offered and aggregated pps per target, bit width, payload size and rate
     (mean, and the range over ``repeat`` runs); with two targets, the ratio of their
     best means. Without ``rates``: a sweep, then twice its peak (the most aggregated,
-    mean of the runs), and how much of the peak the switch keeps there (overload)."""
+    mean of the runs), and how much of the peak the switch keeps there (overload).
+    ``csv_file`` gets a row per point (``point_row``)."""
     from ..switches.targets import bmv2_missing, toolchain
     if "bmv2" in kinds and bmv2_missing():
         print(f"bmv2: {bmv2_missing()}")
@@ -319,11 +345,13 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
           f"{'shed %':>6} {'fp32 Gbit/s':>11}")
     best: dict[tuple[str, int, int], float] = {}
     overload = []
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
         def point(kind, bits, words, rate):
             runs = [switch_bench(kind, bits, rate, seconds, Path(tmp), words)
                     for _ in range(repeat)]
             _print_point(kind, bits, words, runs)
+            rows.append(point_row(kind, bits, words, runs))
             return runs
 
         for kind in kinds:
@@ -337,6 +365,7 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
                     if not rates:
                         runs = point(kind, bits, words, 2 * best[key])
                         overload.append((key, best[key], runs))
+                        rows[-1]["peak_pps"] = round(best[key])
     for (kind, bits, words), peak, runs in overload:
         agg = [r["aggregated_pps"] for r in runs]
         offered = float(np.mean([r["offered_pps"] for r in runs]))
@@ -345,6 +374,8 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
               f"{np.mean(agg):,.0f} ({min(agg):,.0f}-{max(agg):,.0f}): "
               f"{100 * np.mean(agg) / peak:.0f}% of the peak "
               f"({100 * min(agg) / peak:.0f}-{100 * max(agg) / peak:.0f}%, {len(agg)} runs)")
+    if csv_file is not None and rows:
+        write_csv(csv_file, [r | {"peak_pps": r.get("peak_pps")} for r in rows])
     if len(kinds) == 2:
         a, b = kinds
         for bits in bits_list:
@@ -353,6 +384,18 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
                       f"{best[a, bits, words]:,.0f} pps, {b} {best[b, bits, words]:,.0f} pps: "
                       f"ratio {best[a, bits, words] / best[b, bits, words]:.1f}")
     return 0
+
+
+def point_row(kind: str, bits: int, words: int, runs: list[dict]) -> dict:
+    """One point of the table as a CSV row: target, width, build, offered and aggregated
+    pps (mean, min, max over the runs); ``peak_pps`` is set on the overload point (twice
+    the peak offered) only."""
+    agg = [r["aggregated_pps"] for r in runs]
+    return {"target": "BMv2" if kind == "bmv2" else kind, "bits": bits, "words": words,
+            "runs": len(runs),
+            "offered_pps": round(float(np.mean([r["offered_pps"] for r in runs]))),
+            "aggregated_pps": round(float(np.mean(agg))), "aggregated_min": round(min(agg)),
+            "aggregated_max": round(max(agg))}
 
 
 def _print_point(kind: str, bits: int, words: int, runs: list[dict]):

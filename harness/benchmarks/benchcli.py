@@ -29,7 +29,9 @@ def bench():
 @click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
               multiple=True, default=[str(QAINA_WORDS)], show_default=True,
               help="the qaina.p4 build (repeat to compare)")
-def bench_switch(targets, bits, rate, seconds, repeat, words):
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="write a row per point to this CSV file too")
+def bench_switch(targets, bits, rate, seconds, repeat, words, csv_path):
     """Aggregation packets/s through one switch on one core, same frames and pacing
     for every target (root)."""
     from . import bench as b
@@ -42,6 +44,8 @@ def bench_switch(targets, bits, rate, seconds, repeat, words):
         args += ["--rate", str(x)]
     for x in words:
         args += ["--payload-words", x]
+    if csv_path:
+        args += ["--csv", csv_path]
     sys.exit(b.main(args))
 
 
@@ -59,7 +63,8 @@ def bench_switch(targets, bits, rate, seconds, repeat, words):
 @click.option("--ratio-trace", default="digits-mlp-wide", show_default=True,
               help="trace set of the ratio (digits-mlp-wide is recorded on first use)")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
-              help="write the cost table to this CSV file too")
+              help="write the table to this CSV file too (one --table of ratio, cost, "
+                   "headline)")
 @click.option("--mode", "modes", type=RegistryChoice(MODES), multiple=True,
               help="the cost table for these schemes only (default all)")
 @click.option("--workers", type=click.Choice(["4", "8"]), multiple=True,

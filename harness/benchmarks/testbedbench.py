@@ -3,7 +3,8 @@
 ``transport``: completion time against the links' own bound; ``repeat``: the spread of
 repeats; ``comparison`` and ``ratio``: in-network b = 4 against b = 32 and the ring;
 ``cost``: end-to-end elements/s and CPU seconds per million aggregated elements by
-component (``--csv``); ``headline``: the README's headline figures.
+component; ``headline``: the README's headline figures. ``ratio``, ``cost`` and
+``headline`` return their rows, which ``--csv`` writes (``write_csv``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import csv
 from pathlib import Path
 
 import numpy as np
+
+from ..running.cpustat import COMPONENTS
 
 
 def testbed_bench(topo: str, bits: int, bw: float | None, iterations: int, workdir: Path,
@@ -99,39 +102,50 @@ def comparison_table(workdir: Path, iterations: int, bw: float):
 
 
 def ratio_table(workdir: Path, iterations: int, bw: float, repeat: int, workers: int = 8,
-                words: int = 256, trace: str = "digits-mlp-wide") -> float:
+                words: int = 256, trace: str = "digits-mlp-wide") -> list[dict]:
     """In-network against ring all-reduce at b=4, n=``workers``, link-bound on the star:
     mean iteration time of each over ``repeat`` runs, and their ratio (in-network /
     ring; ring all-reduce moves 2(n-1)/n of the data per worker, so the ideal is
-    n / (2(n-1)): 0.57 at n = 8)."""
+    n / (2(n-1)): 0.57 at n = 8). Returns a row per run (its CSV)."""
     print(f"in-network against ring: star, 1 job x {workers} workers, b=4, {bw} Mbit/s, "
           f"{words}-word packets, trace {trace}, {iterations} iterations, {repeat} runs each")
     from ...hosts.recorder import ensure
     ensure(trace, log=print)
-    times: dict[str, list[float]] = {"ina": [], "ring": []}
+    rows = []
     for k in range(repeat):
-        for mode in ("ina", "ring"):
+        row: dict = {"run": k + 1}
+        for mode, name in (("ina", "in_network"), ("ring", "ring")):
             s = testbed_bench("star", 4, bw, iterations, workdir, 1, mode, workers,
                               payload_words=words, trace=trace)
             j = s["jobs"][0]
-            times[mode].append(j["iteration_completion_mean_s"])
+            row[f"{name}_ms"] = round(1e3 * j["iteration_completion_mean_s"], 1)
+            row[f"{name}_verdict"] = (s.get("fidelity") or {}).get("verdict", "n/a")
             cpu = (s["validity"].get("cpu") or {}).get("saturated")
-            print(f"  run {k + 1} {mode:>4}: iteration {1e3 * times[mode][-1]:.1f} ms, "
-                  f"{j['retransmissions']} retransmissions"
+            print(f"  run {k + 1} {mode:>4}: iteration {row[f'{name}_ms']:.1f} ms, "
+                  f"{j['retransmissions']} retransmissions, {row[f'{name}_verdict']}"
                   + (f" [CPU saturated: {cpu}]" if cpu else ""), flush=True)
-    ina, ring = (float(np.mean(times[m])) for m in ("ina", "ring"))
-    lo = min(times["ina"]) / max(times["ring"])
-    hi = max(times["ina"]) / min(times["ring"])
+        rows.append(row)
+    ina = [r["in_network_ms"] for r in rows]
+    ring = [r["ring_ms"] for r in rows]
     ideal = workers / (2 * (workers - 1))
-    print(f"  in-network {1e3 * ina:.1f} ms, ring {1e3 * ring:.1f} ms: ratio {ina / ring:.2f} "
-          f"(range {lo:.2f}-{hi:.2f}; ideal {ideal:.2f})")
-    return ina / ring
+    print(f"  in-network {np.mean(ina):.1f} ms, ring {np.mean(ring):.1f} ms: ratio "
+          f"{np.mean(ina) / np.mean(ring):.2f} (range {min(ina) / max(ring):.2f}-"
+          f"{max(ina) / min(ring):.2f}; ideal {ideal:.2f})")
+    return rows
+
+
+def write_csv(csv_file, rows: list[dict]):
+    """``rows`` as CSV (a column per key of the first row; None as empty)."""
+    w = csv.DictWriter(csv_file, list(rows[0]))
+    w.writeheader()
+    w.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
+    csv_file.flush()
 
 
 COST_MODES = ("ina", "ring", "ps")  # by default; --mode takes any registered mode
 COST_WORKERS = (4, 8)
 COST_BANDWIDTHS = (None, 16.0)  # unshaped, and links of 16 Mbit/s
-COST_PARTS = ("agents", "switches", "ps", "harness", "kernel")
+COST_PARTS = COMPONENTS + ("kernel",)  # the run's components, then softirq
 COST_METRICS = ("melem_s",) + COST_PARTS + ("total",)
 
 
@@ -155,14 +169,14 @@ def _spread(values: list) -> tuple:
     return (float(np.mean(v)), min(v), max(v)) if v else (None, None, None)
 
 
-def cost_table(workdir: Path, iterations: int, repeat: int, csv_file=None,
+def cost_table(workdir: Path, iterations: int, repeat: int,
                trace: str = "digits-mlp-wide", words: int = 256, modes=COST_MODES,
                workers=COST_WORKERS) -> list[dict]:
     """End-to-end Melem/s and CPU seconds per million aggregated elements by component
     (agents, switches, parameter servers, the harness, softirq system-wide; total: the
     run's processes), in-network, ring and parameter server at n = 4 and 8 on the star,
     b=4, unshaped and at 16 Mbit/s: mean and range over ``repeat`` runs of each (the
-    repeats interleaved), and the fidelity verdicts; written as CSV to ``csv_file``."""
+    repeats interleaved), and the fidelity verdicts: a row per point (its CSV)."""
     from ...hosts.recorder import ensure
     print(f"CPU cost: star, 1 job, b=4, {words}-word packets, trace {trace}, {iterations} "
           f"iterations, {repeat} runs each; CPU s per million aggregated elements")
@@ -180,11 +194,6 @@ def cost_table(workdir: Path, iterations: int, repeat: int, csv_file=None,
                   f"{f['verdict']}", flush=True)
     rows = [_cost_row(pt, runs[pt]) for pt in points]
     _print_cost(rows)
-    if csv_file is not None:
-        w = csv.DictWriter(csv_file, list(rows[0]))
-        w.writeheader()
-        w.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
-        csv_file.flush()
     return rows
 
 
@@ -213,31 +222,35 @@ def _print_cost(rows: list[dict]):
 
 
 def headline_table(workdir: Path, iterations: int, repeat: int,
-                   trace: str = "digits-mlp-wide") -> dict:
+                   trace: str = "digits-mlp-wide") -> list[dict]:
     """``up --topo star --jobs 2 --workers 8 --bits 4 --payload-words 256 --trace
     digits-mlp-wide``, unshaped, in-network and ring: Melem/s per job and the agents'
     CPU seconds per million aggregated elements, mean and range over ``repeat`` runs
-    (interleaved)."""
+    (interleaved). Returns a row per run (its CSV)."""
     from ...hosts.recorder import ensure
     print(f"headline: star, 2 jobs x 8 workers, b=4, 256-word packets, trace {trace}, "
           f"{iterations} iterations, unshaped, {repeat} runs each")
     ensure(trace, log=print)
-    out: dict[str, dict[str, list]] = {m: {"rate": [], "agents": []} for m in ("ina", "ring")}
+    rows = []
     for k in range(repeat):
-        for mode in out:
+        for mode in ("ina", "ring"):
             s = testbed_bench("star", 4, None, iterations, workdir, 2, mode, 8,
                               payload_words=256, trace=trace)
-            rates = [j["elements_per_s"] / 1e6 for j in s["jobs"]]
-            agents = cost_figures(s)["agents"]
-            out[mode]["rate"].append(float(np.mean(rates)))
-            out[mode]["agents"].append(agents)
-            print(f"  run {k + 1} {mode:>4}: {np.mean(rates):.3f} Melem/s per job, agents "
-                  f"{agents or float('nan'):.2f} CPU s/Melem", flush=True)
-    for mode, v in out.items():
-        (rm, rl, rh), (am, al, ah) = _spread(v["rate"]), _spread(v["agents"])
+            f = cost_figures(s)
+            rows.append({"run": k + 1, "mode": mode,
+                         "melem_s_per_job": float(np.mean(
+                             [j["elements_per_s"] / 1e6 for j in s["jobs"]])),
+                         "agents_s_per_melem": f["agents"], "verdict": f["verdict"]})
+            print(f"  run {k + 1} {mode:>4}: {rows[-1]['melem_s_per_job']:.3f} Melem/s per "
+                  f"job, agents {f['agents'] or float('nan'):.2f} CPU s/Melem", flush=True)
+    for mode in ("ina", "ring"):
+        mine = [r for r in rows if r["mode"] == mode]
+        (rm, rl, rh) = _spread([r["melem_s_per_job"] for r in mine])
+        (am, al, ah) = _spread([r["agents_s_per_melem"] for r in mine])
         print(f"  {mode:>4}: {rm:.3f} Melem/s per job ({rl:.3f}-{rh:.3f}); agents "
               f"{am:.2f} CPU s/Melem ({al:.2f}-{ah:.2f})")
-    return out
+    return rows
 
 
 TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio", "cost", "headline")
+CSV_TABLES = ("ratio", "cost", "headline")  # the tables ``--csv`` can write

@@ -79,6 +79,83 @@ def table(head: list[str], body: list[list[str]]) -> str:
 
 
 # -- docs/results.md -----------------------------------------------------------------
+def qaina_jobs(d: DocData) -> str:
+    """Per scheme: the most jobs the pool served (and where it refused), one job's
+    completion time and the aggregate Melem/s of one job and at best."""
+    body = []
+    for scheme, by_jobs in _qaina(d).items():
+        served = max(n for n, rs in by_jobs.items() if rs)
+        refused = [n for n, rs in by_jobs.items() if not rs]
+        slots = int(d.points("qaina-jobs", ("scheme",))[(scheme,)][0]["slots"])
+        pool = int(d.rows("qaina-jobs")[0]["pool_slots"])
+        fits = (f"{served} of {served} (the pool holds {pool // slots})" if not refused
+                else f"{served} (refused at {min(refused)})")
+        rate = {n: np.mean(values(rs, "elements_per_s")) / 1e6 for n, rs in by_jobs.items()
+                if rs}
+        best = max(rate, key=rate.get)
+        body.append([scheme, fits, spread(values(by_jobs[1], "job_completion_s"), seconds, " s"),
+                     f"{sig2(rate[1])} / {sig2(rate[best])} at {best} jobs",
+                     verdicts([r for rs in by_jobs.values() for r in rs])])
+    return table(["scheme", "jobs the pool served (refused at)", "job completion, 1 job",
+                  "aggregate Melem/s, 1 job / best", "verdicts"], body)
+
+
+def _qaina(d: DocData) -> dict[str, dict[int, list[dict]]]:
+    """The qaina-jobs sweep's completed runs by scheme and number of jobs ([] where the
+    pool refused the point)."""
+    out: dict[str, dict[int, list[dict]]] = defaultdict(dict)
+    for r in d.rows("qaina-jobs"):
+        runs = out[r["scheme"]].setdefault(int(r["jobs"]), [])
+        if r["status"] == "complete":
+            runs.append(r)
+    return out
+
+
+def qaina_completion(scheme: str, jobs: int) -> Callable[[DocData], str]:
+    return lambda d: seconds(np.mean(values(_qaina(d)[scheme][jobs], "job_completion_s"))) + " s"
+
+
+def qaina_best(scheme: str) -> Callable[[DocData], str]:
+    """The most aggregate Melem/s of ``scheme``'s points, and at how many jobs."""
+    def make(d: DocData) -> str:
+        rate = {n: np.mean(values(rs, "elements_per_s")) / 1e6
+                for n, rs in _qaina(d)[scheme].items() if rs}
+        best = max(rate, key=rate.get)
+        return f"{sig2(rate[best])} Melem/s at {best} jobs"
+    return make
+
+
+def sig2(x: float) -> str:
+    return f"{x:#.2g}"
+
+
+def gradiveq(d: DocData) -> str:
+    pts = d.points("gradiveq", ("scheme",))
+    base = np.mean(values(pts[("fp32 ring",)], "steady_iteration_s"))
+    body = []
+    for (scheme,), rs in pts.items():
+        t = values(rs, "steady_iteration_s")
+        body.append([scheme, spread(t, seconds, " s"), f"{base / np.mean(t):.3g}x",
+                     f"{np.mean(values(rs, 'steady_bytes_per_iteration')) / 1e6:.3g} MB",
+                     verdicts(rs)])
+    return table(["scheme", "aggregation time per iteration", "speed-up over fp32 ring",
+                  "bytes a worker sends per iteration", "verdicts"], body)
+
+
+def gradiveq_time(scheme: str) -> Callable[[DocData], str]:
+    return lambda d: seconds(np.mean(values(d.points("gradiveq", ("scheme",))[(scheme,)],
+                                            "steady_iteration_s"))) + " s"
+
+
+def gradiveq_gain(scheme: str, column: str) -> Callable[[DocData], str]:
+    """fp32 ring's mean ``column`` over ``scheme``'s."""
+    def make(d: DocData) -> str:
+        pts = d.points("gradiveq", ("scheme",))
+        return "{:.3g}".format(np.mean(values(pts[("fp32 ring",)], column))
+                               / np.mean(values(pts[(scheme,)], column)))
+    return make
+
+
 def links(d: DocData) -> str:
     pts = d.points("links", ("workers", "bw", "mode"))
     body = []
@@ -106,6 +183,16 @@ def levels(d: DocData) -> str:
             for s in schemes])
     return table(["leaves"] + [s.replace("in-network ", "in-network, ") for s in schemes],
                  body)
+
+
+def levels_gain(leaves: str, column: str = "iteration_s", over: str = "in-network 1 level",
+                under: str = "in-network 2 levels") -> Callable[[DocData], str]:
+    """``over``'s mean ``column`` over ``under``'s at ``leaves`` leaves."""
+    def make(d: DocData) -> str:
+        pts = d.points("levels", ("leaves", "scheme"))
+        return "{:.1f}".format(np.mean(values(pts[(leaves, over)], column))
+                               / np.mean(values(pts[(leaves, under)], column)))
+    return make
 
 
 def loss(d: DocData) -> str:
@@ -202,8 +289,9 @@ def error_ratios(d: DocData, num: str, den: str) -> list[float]:
 
 def ratio_runs(d: DocData) -> str:
     return table(["run", "in-network", "ring"],
-                 [[r["run"], f"{float(r['in_network_ms']):.1f} ms",
-                   f"{float(r['ring_ms']):.1f} ms"] for r in d.rows("ratio")])
+                 [[r["run"], f"{float(r['in_network_ms']):.1f} ms, {r['in_network_verdict']}",
+                   f"{float(r['ring_ms']):.1f} ms, {r['ring_verdict']}"]
+                  for r in d.rows("ratio")])
 
 
 def _ratio(d: DocData) -> tuple[list[float], list[float]]:
@@ -211,16 +299,23 @@ def _ratio(d: DocData) -> tuple[list[float], list[float]]:
     return values(rows, "in_network_ms"), values(rows, "ring_ms")
 
 
+PAYLOAD_BUILDS = ("payload-builds-bmv2", "payload-builds-embedded")
+
+
+def _builds(d: DocData) -> list[dict]:
+    return [r for name in PAYLOAD_BUILDS for r in d.rows(name)]
+
+
 def payload_builds(d: DocData) -> str:
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in d.rows("payload-builds"):
+    for r in _builds(d):
         groups[(r["target"], r["words"])].append(r)
     body = []
     for (target, words), rs in groups.items():
         offered = " / ".join(f"{int(r['offered_pps']):,}" for r in rs)
         agg = " / ".join(f"{int(r['aggregated_pps']):,}" + (
             f" ({int(r['aggregated_min']):,}-{int(r['aggregated_max']):,})"
-            if r["aggregated_min"] else "") for r in rs)
+            if r["aggregated_min"] != r["aggregated_max"] else "") for r in rs)
         share = " / ".join(_percent(float(r["aggregated_pps"]) / float(r["offered_pps"]))
                            for r in rs)
         body.append([target, words, offered, agg, share])
@@ -236,7 +331,7 @@ def _percent(x: float) -> str:
 def bmv2_words_per_s(d: DocData) -> dict[int, float]:
     """BMv2's most words aggregated per second, per build (words x packets/s)."""
     best: dict[int, float] = {}
-    for r in d.rows("payload-builds"):
+    for r in _builds(d):
         if r["target"] == "BMv2":
             w = int(r["words"])
             best[w] = max(best.get(w, 0.0), w * float(r["aggregated_pps"]))
@@ -245,13 +340,15 @@ def bmv2_words_per_s(d: DocData) -> dict[int, float]:
 
 def bmv2_peak_pps(d: DocData) -> str:
     best: dict[int, int] = {}
-    for r in d.rows("payload-builds"):
+    for r in _builds(d):
         if r["target"] == "BMv2":
             best[int(r["words"])] = max(best.get(int(r["words"]), 0), int(r["aggregated_pps"]))
     return ", ".join(f"{v:,}" for _, v in sorted(best.items()))
 
 
 # -- docs/compression.md -------------------------------------------------------------
+GVQ = "b=8 maxpow2 GradiVeQ d=64 k=8 R=4"  # the GradiVeQ row of the compression tables
+
 def _with_range(r: dict, key: str) -> str:
     if not r[key]:
         return "n/a"
@@ -267,12 +364,21 @@ def compression(name: str) -> Callable[[DocData], str]:
         keys = ["rel_error", "exact_scales", "sum_error"]
         accuracy = "accuracy" in rows[0]
         body = [[r["scheme"]] + [_with_range(r, k) for k in keys]
-                + [f"{float(r['clipped_percent']):.2f}%" if r["clipped_percent"] else "0",
+                + [f"{float(r['clipped_percent']):.2f}%"
+                   if r["clipped_percent"] and r["scheme"] != "fp32, exact sum" else "0",
                    f"{float(r['values_sent']):.2f}"]
                 + ([_with_range(r, "accuracy")] if accuracy else []) for r in rows]
         return table(["scheme", "relative error", "with exact scales",
                       "of the sum over iterations", "clipped", "values sent"]
                      + (["final test accuracy"] if accuracy else []), body)
+    return make
+
+
+def cell(name: str, scheme: str, column: str, fmt: str = "{:.3f}") -> Callable[[DocData], str]:
+    """One figure of a ``compression-*`` table: ``column`` of the row ``scheme``."""
+    def make(d: DocData) -> str:
+        row = next(r for r in d.rows(name) if r["scheme"] == scheme)
+        return fmt.format(float(row[column]))
     return make
 
 
@@ -303,8 +409,65 @@ def cost(d: DocData) -> str:
                   "softirq", "total", "verdicts"], body)
 
 
+def _by_mode(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        out[r["mode"]].append(r)
+    return out
+
+
+def headline(d: DocData) -> str:
+    modes = _by_mode(d.rows("headline"))
+    body = [[SCHEMES[mode], spread(values(rs, "melem_s_per_job"), f2),
+             spread(values(rs, "agents_s_per_melem"), f2), verdicts(rs)]
+            for mode, rs in modes.items()]
+    runs = max(len(rs) for rs in modes.values())
+    return table(["", f"Melem/s per job, mean (range), {runs} runs",
+                  "agents' CPU s per million aggregated elements", "verdicts"], body)
+
+
+def history(name: str) -> Callable[[DocData], str]:
+    """A table of figures measured in an earlier sitting, as the CSV holds them (a
+    first column named ``label`` has no heading)."""
+    def make(d: DocData) -> str:
+        rows = d.rows(name)
+        keys = list(rows[0])
+        return table(["" if k == "label" else k for k in keys],
+                     [[r[k] for k in keys] for r in rows])
+    return make
+
+
+def _overload(d: DocData) -> list[dict]:
+    return [r for r in d.rows("overload") if r["target"] == "embedded"]
+
+
+def overload(d: DocData) -> str:
+    body = []
+    for r in _overload(d):
+        agg, lo, hi = (int(r[k]) for k in ("aggregated_pps", "aggregated_min",
+                                           "aggregated_max"))
+        cell = f"{agg:,} ({lo:,}-{hi:,})"
+        if r["peak_pps"]:
+            peak = int(r["peak_pps"])
+            cell += (f": {100 * agg / peak:.0f}% ({100 * lo / peak:.0f}-"
+                     f"{100 * hi / peak:.0f}%) of the peak at "
+                     f"{int(r['offered_pps']) / peak:.2f}x")
+        body.append([r["bits"], f"{int(r['offered_pps']) / 1e3:.0f}", cell])
+    return table(["b", "offered kpps", "aggregated pps, mean (range)"], body)
+
+
+def overload_kept(bits: str) -> Callable[[DocData], str]:
+    """The share of its peak the switch kept at twice the peak, at ``bits``."""
+    def make(d: DocData) -> str:
+        r = next(r for r in _overload(d) if r["bits"] == bits and r["peak_pps"])
+        return f"{100 * int(r['aggregated_pps']) / int(r['peak_pps']):.0f}%"
+    return make
+
+
 BLOCKS: dict[str, Callable[[DocData], str]] = {
     "metrics": lambda d: glossary(),
+    "table:qaina-jobs": qaina_jobs,
+    "table:gradiveq": gradiveq,
     "table:links": links,
     "table:levels": levels,
     "table:arrivals": arrivals,
@@ -315,7 +478,12 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
     "table:payload-builds": payload_builds,
     "table:compression-resnet": compression("compression-resnet"),
     "table:compression-mlp": compression("compression-mlp"),
+    "table:compression-resnet-accuracy": compression("compression-resnet-accuracy"),
     "table:cost": cost,
+    "table:headline": headline,
+    "table:headline-history": history("headline-history"),
+    "table:fidelity-runs": history("fidelity-runs"),
+    "table:overload": overload,
 }
 
 VALUES: dict[str, Callable[[DocData], str]] = {
@@ -335,10 +503,42 @@ VALUES: dict[str, Callable[[DocData], str]] = {
         100 * (1 - min(error_ratios(d, "maxfine", "maxpow2")))),
     "qsgd_cost": lambda d: "{:.0f}-{:.0f}".format(
         min(error_ratios(d, "qsgd", "maxpow2")), max(error_ratios(d, "qsgd", "maxpow2"))),
+    "qaina_1job_b8": qaina_completion("b=8 unpacked", 1),
+    "qaina_1job_32": qaina_completion("32-bit", 1),
+    "qaina_best_b4": qaina_best("b=4 packed"),
+    "qaina_3jobs_b4": qaina_completion("b=4 packed", 3),
+    "qaina_3jobs_b8": qaina_completion("b=8 unpacked", 3),
+    "qaina_3jobs_32": qaina_completion("32-bit", 3),
+    "gvq_ring_time": gradiveq_time("GradiVeQ ring"),
+    "gvq_ina_time": gradiveq_time("GradiVeQ in-network"),
+    "gvq_ring_speedup": gradiveq_gain("GradiVeQ ring", "steady_iteration_s"),
+    "gvq_ina_speedup": gradiveq_gain("GradiVeQ in-network", "steady_iteration_s"),
+    "gvq_ring_bytes": gradiveq_gain("GradiVeQ ring", "steady_bytes_per_iteration"),
+    "gvq_ina_bytes": gradiveq_gain("GradiVeQ in-network", "steady_bytes_per_iteration"),
+    "qsgd_bytes": gradiveq_gain("QSGD ring", "steady_bytes_per_iteration"),
+    "overload_kept_4": overload_kept("4"),
+    "overload_kept_32": overload_kept("32"),
+    "levels_gain_2": levels_gain("2"),
+    "levels_gain_4": levels_gain("4"),
+    "levels_ring_bytes": lambda d: "{}-{}".format(
+        levels_gain("2", "switch_link_bytes", "ring", "in-network 1 level")(d),
+        levels_gain("4", "switch_link_bytes", "ring", "in-network 1 level")(d)),
     "loss_lead_8": lambda d: f"{loss_lead(d, '8', '0'):.1f}",
     "loss_lead_4": lambda d: f"{loss_lead(d, '4', '0'):.1f}",
     "loss_ina_8_2": loss_cell("8", "2", "ina"),
     "loss_ring_8_5": loss_cell("8", "5", "ring"),
+    "resnet_maxfine_4": cell("compression-resnet", "b=4 maxfine", "rel_error"),
+    "resnet_maxpow2_4": cell("compression-resnet", "b=4 maxpow2", "rel_error"),
+    "resnet_qsgd_4": cell("compression-resnet", "b=4 qsgd", "rel_error"),
+    "resnet_sum_4": cell("compression-resnet", "b=4 maxpow2", "sum_error"),
+    "resnet_sum_4_ef": cell("compression-resnet", "b=4 maxpow2 EF", "sum_error"),
+    "resnet_gvq_sent": cell("compression-resnet", GVQ, "values_sent", "{:.0%}"),
+    "mlp_gvq_sent": cell("compression-mlp", GVQ, "values_sent", "{:.0%}"),
+    "resnet_gvq_error": cell("compression-resnet", GVQ, "rel_error", "{:.2f}"),
+    "mlp_gvq_error": cell("compression-mlp", GVQ, "rel_error", "{:.2f}"),
+    "resnet_acc_fp32": cell("compression-resnet-accuracy", "fp32, exact sum", "accuracy"),
+    "resnet_acc_2": cell("compression-resnet-accuracy", "b=2 maxpow2", "accuracy"),
+    "resnet_acc_gvq": cell("compression-resnet-accuracy", GVQ, "accuracy"),
     "feedback_gain_min": lambda d: f"{min(feedback_gains(d)):.1f}",
     "feedback_gain_max": lambda d: f"{max(feedback_gains(d)):.1f}",
 }

@@ -37,7 +37,7 @@ def rewrite(text: str, data: DocData, where: str) -> tuple[str, list[str]]:
         if name not in BLOCKS:
             raise ReportError(f"{where}: nothing makes {name!r} (known: "
                               f"{', '.join(sorted(BLOCKS))})")
-        new = BLOCKS[name](data)
+        new = _make(BLOCKS[name], data, f"{where}: {name}")
         if new != m.group(3):
             changed.append(name)
         return m.group(1) + new + m.group(4)
@@ -46,12 +46,24 @@ def rewrite(text: str, data: DocData, where: str) -> tuple[str, list[str]]:
         name = m.group(2)
         if name not in VALUES:
             raise ReportError(f"{where}: no value called {name!r}")
-        new = VALUES[name](data)
+        new = _make(VALUES[name], data, f"{where}: value {name}")
         if new != m.group(3):
             changed.append(f"value {name}")
         return m.group(1) + new + m.group(4)
 
     return VALUE.sub(value, BLOCK.sub(block, text)), changed
+
+
+def _make(generator, data: DocData, what: str) -> str:
+    """``generator(data)``; data that lacks what it reads is one ``ReportError``."""
+    try:
+        return generator(data)
+    except KeyError as exc:
+        raise ReportError(f"{what}: its data has no {exc.args[0]!r} (a CSV of "
+                          "docs/data from an older command? rerun it)") from None
+    except (StopIteration, IndexError, ZeroDivisionError):
+        raise ReportError(f"{what}: its data has no rows for it (docs/data/README.md "
+                          "says which command makes them)") from None
 
 
 def render(root: Path) -> dict[Path, tuple[str, list[str]]]:

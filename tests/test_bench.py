@@ -1,0 +1,63 @@
+"""The benchmarks' CSV output (what ``docs/data`` is made from), through the CLI."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import pytest
+
+CLI = [sys.executable, "-m", "qaina_bench.harness.cli", "bench"]
+
+
+def run(args, cwd, timeout=600):
+    return subprocess.run(CLI + args, capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd)
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_testbed_csv_needs_exactly_one_table(tmp_path):
+    out = run(["testbed", "--csv", str(tmp_path / "x.csv")], tmp_path)
+    assert out.returncode == 2
+    assert "--csv writes one table" in out.stderr
+    out = run(["testbed", "--table", "transport", "--csv", str(tmp_path / "x.csv")], tmp_path)
+    assert out.returncode == 2 and "ratio, cost, headline" in out.stderr
+    assert not (tmp_path / "x.csv").exists()
+
+
+@pytest.mark.root
+def test_switch_csv_has_a_row_per_point_with_the_range_of_its_runs(tmp_path):
+    path = tmp_path / "switch.csv"
+    out = run(["switch", "--bits", "4", "--rate", "2000", "--rate", "4000", "--seconds",
+               "1", "--repeat", "2", "--csv", str(path)], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = rows(path)
+    assert [(r["target"], r["bits"], r["runs"]) for r in got] == [("embedded", "4", "2")] * 2
+    for r, rate in zip(got, (2000, 4000)):
+        offered, agg = int(r["offered_pps"]), int(r["aggregated_pps"])
+        assert abs(offered - rate) < 0.2 * rate
+        assert int(r["aggregated_min"]) <= agg <= int(r["aggregated_max"]) <= offered
+        assert agg > 0.5 * offered  # far below the switch's peak: nearly all of it
+        assert r["peak_pps"] == ""  # rates given: no overload point
+        # the printed table has the same mean
+        assert f"{agg:,}" in out.stdout
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_ratio_csv_has_a_row_per_run_with_both_modes_and_their_verdicts(tmp_path):
+    path = tmp_path / "ratio.csv"
+    out = run(["testbed", "--table", "ratio", "--iterations", "1", "--repeat", "1",
+               "--ratio-trace", "digits-mlp", "--csv", str(path)], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (row,) = rows(path)
+    assert row["run"] == "1"
+    for name, mode in (("in_network", "ina"), ("ring", "ring")):
+        ms = float(row[f"{name}_ms"])
+        assert f"run 1 {mode:>4}: iteration {ms:.1f} ms" in out.stdout
+        assert row[f"{name}_verdict"] in ("network-bound", "cpu-bound", "mixed", "n/a")
