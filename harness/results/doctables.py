@@ -362,7 +362,7 @@ def compression(name: str) -> Callable[[DocData], str]:
     def make(d: DocData) -> str:
         rows = d.rows(name)
         keys = ["rel_error", "exact_scales", "sum_error"]
-        accuracy = "accuracy" in rows[0]
+        accuracy = any(r.get("accuracy") for r in rows)  # trained closed loop
         body = [[r["scheme"]] + [_with_range(r, k) for k in keys]
                 + [f"{float(r['clipped_percent']):.2f}%"
                    if r["clipped_percent"] and r["scheme"] != "fp32, exact sum" else "0",
