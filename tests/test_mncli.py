@@ -137,8 +137,9 @@ def test_before_the_jobs_ping_then_exit_runs_the_jobs(session):
 
 @pytest.mark.root
 @needs_mininet
-def test_after_the_jobs_agents_started_by_hand_aggregate_as_the_run_did(session):
-    s = session("cli-after", "--cli", "after")
+@pytest.mark.parametrize("target", ["embedded", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_after_the_jobs_agents_started_by_hand_aggregate_as_the_run_did(session, target):
+    s = session(f"cli-after-{target}", "--cli", "after", "--target", target)
     assert "after the jobs: the jobs ended; leaving it tears the network down" in s.out
     assert "iterations 4/4" in s.out.split(PROMPT)[0]
     hand = s.dir / "agents" / "cli"
