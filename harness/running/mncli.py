@@ -4,13 +4,13 @@
 any agent starts; leaving the CLI starts the jobs. ``after``: once the jobs ended (their
 agents stopped), before the teardown; leaving the CLI tears down. The CLI is
 ``mininet.cli.CLI`` on the run's network (``h1 ping -c1 h2``, ``h1 tcpdump ...``,
-``nodes``, ``net``, ``help``). Ctrl-C stops the command that runs and keeps the CLI (as
+``nodes``, ``net``, ``help``), with one command more, ``fresh`` (``RunShell``). Ctrl-C stops the command that runs and keeps the CLI (as
 in ``mn``); ``exit``, ``quit`` or end of input leave it. SIGTERM leaves it and ends the
 run as usual.
 
-What the user starts from the CLI is the run's too: on leaving, every process found
-under a node's shell or in a host's network namespace that the run did not start
-itself is written to the run record (so ``qaina-bench clean`` removes it after a
+What the user starts from the CLI is the run's too: after every command, each process
+found under a node's shell or in a host's network namespace that the run did not
+start itself is written to the run record (so ``qaina-bench clean`` removes it after a
 ``kill -9``), is left running while the jobs go (``before``: a ``tcpdump ... &``
 captures them), and is stopped before the network goes down (``stop_by_hand``).
 
@@ -77,7 +77,7 @@ def fresh(run) -> list[str]:
     """Free every slot copy of ``run``'s jobs on the switches that aggregate them
     (``agg_count`` and ``agg_seen`` 0): the next contribution starts a new use."""
     if not run.mode.in_switch:
-        return []
+        return ["nothing to free: the switches only route in this mode"]
     out = []
     for job in run.jobs:
         for sw in run.testbed.placements(job, run.aggregator, run.cfg.network.levels):
