@@ -67,7 +67,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test,record]'
+	$(VENV)/bin/pip install -q -e '.[test,record,data]'
 	@touch $@
 
 # p4runtime-shell for `qaina-bench shell` (and its tests), apart from the harness's venv.

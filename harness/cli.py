@@ -15,6 +15,7 @@ from .config import ConfigError, RunConfig, check_system
 from .results.tables import columns_help, print_summary
 from .plugincli import QUANTIZERS, plugins
 from .options import IntList, SectionedCommand, config_from, tree_options
+from .running.mncli import DEFAULT as CLI_DEFAULT, WHEN as CLI_WHEN
 
 DEFAULTS = RunConfig()
 TRAINING = DEFAULTS.training  # the one default of every training option
@@ -52,13 +53,13 @@ def record_on_first_use(cfg: RunConfig) -> None:
         _fail(ValueError(f"recording trace set {t.trace} failed: {exc}"))
 
 
-def execute(cfg: RunConfig, hold: bool = False) -> dict:
+def execute(cfg: RunConfig, hold: bool = False, cli: str | None = None) -> dict:
     from .running.run import Run, RunError
     from .switches.control import ControlError
     from .switches.targets import TargetError
     record_on_first_use(cfg)
     try:
-        run = Run(cfg, echo=click.echo, hold=hold)
+        run = Run(cfg, echo=click.echo, hold=hold, cli=cli)
     except ConfigError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -91,17 +92,22 @@ def execute(cfg: RunConfig, hold: bool = False) -> dict:
 @click.option("--hold", is_flag=True,
               help="keep the network and switches up after the jobs until Ctrl-C (then "
               "tear down and summarise as usual), to look at them with `qaina-bench shell`")
+@click.option("--cli", "cli", type=click.Choice(CLI_WHEN), is_flag=False,
+              flag_value=CLI_DEFAULT, default=None, metavar="[before|after]",
+              help="Mininet's own CLI on the live network: `before` the jobs (plain --cli; "
+              "leaving it starts them) or `after` them (leaving it tears down); README, "
+              "\"Mininet's CLI\"")
 @click.option("--dry-run", is_flag=True,
               help="check the configuration, print it (YAML, as the run would save it) and "
               "stop")
 @click.pass_context
-def up(ctx, config_path, hold, dry_run, **opts):
+def up(ctx, config_path, hold, cli, dry_run, **opts):
     """Build the network, run the jobs, measure, tear down, summarise."""
     base = _load(config_path) if config_path else RunConfig()
     cfg = config_from(ctx, opts, base)
     if dry_run:
         return show(cfg)
-    execute(cfg, hold=hold)
+    execute(cfg, hold=hold, cli=cli)
 
 
 @main.command(cls=SectionedCommand)

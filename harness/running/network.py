@@ -16,6 +16,7 @@ import socket
 import subprocess
 import threading
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -106,6 +107,18 @@ class MininetLog:
         for h, _ in self.quieted:
             h.setLevel(logging.CRITICAL)
         lg.addHandler(self.handler)
+
+    @contextmanager
+    def terminal(self):
+        """Mininet's messages reach the terminal too in the block (its CLI prints
+        through them)."""
+        for h, level in self.quieted:
+            h.setLevel(level)
+        try:
+            yield
+        finally:
+            for h, _ in self.quieted:
+                h.setLevel(logging.CRITICAL)
 
     def close(self):
         lg.removeHandler(self.handler)

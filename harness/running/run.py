@@ -35,6 +35,7 @@ from .cpustat import CpuLedger
 from .arrivals import Admission, SlotPool, arrival_offsets
 from ..switches.jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
+from .mncli import RunCLI
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
 from .sampling import Sampler
@@ -98,10 +99,12 @@ def check_names_free(topo_name: str, topo):
 
 
 class Run:
-    def __init__(self, cfg: RunConfig, echo=print, hold: bool = False):
+    def __init__(self, cfg: RunConfig, echo=print, hold: bool = False, cli: str | None = None):
         self.cfg = cfg
         self.echo = echo
         self.hold = hold  # keep the network up after the jobs until Ctrl-C or SIGTERM
+        self.cli = cli  # Mininet's CLI "before" or "after" the jobs (harness/running/mncli.py)
+        self.cli_session: RunCLI | None = None
         self.t_invoked = time.time()
         self.trace = cfg.check()
         #: --arrivals: each job's arrival after the start signal (s); None: all at once
@@ -173,9 +176,13 @@ class Run:
         try:
             self.record.save()
             self._bring_up()
+            if self.cli == "before":
+                self._enter_cli("before")
             self._launch_agents()
             self._monitor()
             self.status = "complete" if self._all_done() else self.status
+            if self.cli == "after":
+                self._enter_cli("after")
             if self.hold:
                 self._hold()
         except KeyboardInterrupt:
@@ -501,6 +508,18 @@ class Run:
         except KeyboardInterrupt:
             self.echo("\nending the held run")
 
+    def _enter_cli(self, when: str):
+        """``--cli``: Mininet's CLI until the user leaves it; SIGTERM there ends the run
+        (before the jobs: interrupted; after: as the jobs ended, exit status 130)."""
+        if when == "after":
+            self._stop_agents()
+        self.events[f"cli_{when}"] = time.time()
+        self.cli_session = RunCLI(self.testbed, self.record, self.echo)
+        if self.cli_session.run(when, self):
+            deferred_signals.held_last = signal.SIGTERM
+            if when == "before":
+                raise KeyboardInterrupt
+
     def _stop_agents(self):
         popens = [a.popen for a in self.agents] + [p for _, p, _ in self.server_procs]
         for popen in popens:
@@ -517,6 +536,8 @@ class Run:
             self.sampler.stop()
         self.ledger.end()
         self._stop_agents()
+        if self.cli_session is not None:  # what the user started from Mininet's CLI
+            self.cli_session.stop_by_hand()
         if self.testbed is not None:
             try:
                 self.testbed.stop()
