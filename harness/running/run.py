@@ -38,6 +38,7 @@ from .linkloss import netem_available, nft_available
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
 from .sampling import Sampler
+from ..trainscript import ScriptLauncher
 from .processes import (AgentProcess, _terminate, agent_env, deferred_signals,
                         ignored_signals)
 
@@ -63,7 +64,8 @@ def new_run_id(cfg: RunConfig) -> str:
         parts.append("ef")
     if comp.compress != "none":
         parts.append(comp.compress)
-    parts.append(f"train-{tr.model}" if tr.train else tr.trace)
+    parts.append(f"train-{tr.model}" if tr.train else
+                 f"script-{Path(tr.train_script).stem}" if tr.train_script else tr.trace)
     for name, value in (("bw", net.bw), ("delay", net.delay), ("loss", net.loss),
                         ("cpu", net.host_cpu)):
         if value:
@@ -163,6 +165,9 @@ class Run:
         self.ledger = CpuLedger()  # CPU seconds of every process, agents' go to their end
         self.interfaces: dict[str, str] = {}  # switch interface -> node at its far end
         self.events: dict[str, float] = {"invoked": self.t_invoked}
+        tr = cfg.training  # --train-script: the user's script runs instead of the agents
+        self.script = (ScriptLauncher(tr.train_script, tr.train_args, self.dir)
+                       if tr.train_script else None)
 
     # -- the run -------------------------------------------------------------------
     def execute(self) -> dict:
@@ -303,11 +308,10 @@ class Run:
                 path = self.writer.dir / "agents" / f"{name}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 acfg.save(path)
-                log = self.writer.log_dir / f"agent-{name}.log"
+                argv, env, log = self._agent_command(job, w, name, path)
                 with deferred_signals(), open(log, "wb") as out:
-                    popen = self.testbed.host(host).popen(
-                        [sys.executable, "-m", "qaina_bench.hosts.agent", str(path)],
-                        stdout=out, stderr=out, stdin=None, env=agent_env())
+                    popen = self.testbed.host(host).popen(argv, stdout=out, stderr=out,
+                                                          stdin=None, env=env)
                     self.agents.append(AgentProcess(job.job_id, w.index, host, acfg, popen, log))
                     self.record.add_process(popen.pid, f"agent {name} on {host}")
         # Start together once every agent has loaded its trace.
@@ -346,6 +350,17 @@ class Run:
             self.admission = Admission(pool, slots, self.offsets, self.events["agents_go"],
                                        self._admit, self._release)
             self.admission.step(time.time())
+
+    def _agent_command(self, job: Job, worker, name: str, path: Path):
+        """argv, environment and log of a worker's process: its agent, or with
+        --train-script the user's script (``harness/trainscript.py``)."""
+        if self.script is None:
+            return ([sys.executable, "-m", "qaina_bench.hosts.agent", str(path)], agent_env(),
+                    self.writer.log_dir / f"agent-{name}.log")
+        env = self.script.env(agent_env(), path, worker.index, len(job.workers),
+                              int_to_ip(job.workers[0].ip),
+                              self.testbed.host(worker.host).defaultIntf().name)
+        return self.script.argv(), env, self.writer.log_dir / self.script.log_name(name)
 
     def _admit(self, index: int, base: int):
         """--arrivals: job ``index`` gets slots ``base..``, its entries, its start signal
