@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from qaina_bench.hosts import kernels
-from qaina_bench.hosts.agent import AgentConfig
+from qaina_bench.hosts.agent import AgentConfig, _profiler
 from qaina_bench.hosts.collective import MODES, CollectiveError
 from qaina_bench.hosts.compression import CodecConfig
 from qaina_bench.hosts.pipeline import Pipeline
@@ -138,18 +138,32 @@ class TestbedState:
         self.levels: dict[str, list] = {}  # --record-levels: this step's, bucket by bucket
         self.levels_record: dict[str, np.ndarray] = {}
         self.usage0 = None
+        self.profile = None
         #: over the steps so far: bytes this worker sent, seconds spent aggregating
         self.totals = {"steps": 0, "bytes_sent": 0, "comm_s": 0.0}
 
-    @classmethod
-    def from_env(cls, through_testbed: bool = True) -> "TestbedState":
-        """The state of the worker ``up --train-script`` started: its configuration from
-        ``$QAINA_AGENT_CONFIG``; connected, and its ``start`` record written."""
+    @staticmethod
+    def config_path() -> str:
         path = os.environ.get(CONFIG_ENV)
         if not path:
             raise HookError(f"${CONFIG_ENV} is not set: start the script with "
                             "`qaina-bench up --train-script SCRIPT`")
-        state = cls(AgentConfig.load(path), through_testbed)
+        return path
+
+    @classmethod
+    def settings(cls):
+        """The run's configuration tree (``settings.Settings``), to read before the
+        state is made (steps, learning rate, seed)."""
+        return AgentConfig.load(cls.config_path()).run
+
+    @classmethod
+    def from_env(cls, through_testbed: bool = True) -> "TestbedState":
+        """The state of the worker ``up --train-script`` started: its configuration from
+        ``$QAINA_AGENT_CONFIG``; connected, and its ``start`` record written (make it
+        once the script is ready to train: the harness starts the job when every
+        worker's state is there)."""
+        state = cls(AgentConfig.load(cls.config_path()), through_testbed)
+        state.profile = _profiler()  # QAINA_AGENT_PROFILE=1: cProfile, as for an agent
         state.connect()
         return state
 
@@ -208,6 +222,9 @@ class TestbedState:
             if self.collective is not None:
                 self.collective.close()
             self.out.close()
+            if self.profile is not None:
+                self.profile.disable()
+                self.profile.dump_stats(Path(self.cfg.output).with_suffix(".prof"))
 
     def __enter__(self):
         return self

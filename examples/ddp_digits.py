@@ -64,14 +64,16 @@ def main() -> None:
     torch.set_num_threads(1)  # the hosts share the machine's cores with the switches
     dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR/PORT from `up`
     rank, world = dist.get_rank(), dist.get_world_size()
-    state = TestbedState.from_env(through_testbed=args.comm == "testbed")
-    run = state.cfg.run
+    run = TestbedState.settings()  # the run's configuration tree
     steps = args.steps or run.workload.iterations
     batch = args.batch_size or run.training.batch_size
     (x, y), (x_test, y_test) = digits(run.workload.seed)
     x, y = x[rank::world], y[rank::world]  # this worker's share
     torch.manual_seed(run.workload.seed)  # the same initial model everywhere
     model = DistributedDataParallel(mlp(run.training.hidden))
+    # The state last: its start record tells the harness this worker is ready to go
+    # (DDP's construction takes seconds of imports the first time).
+    state = TestbedState.from_env(through_testbed=args.comm == "testbed")
     model.register_comm_hook(state, testbed_hook if args.comm == "testbed" else allreduce_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr or run.training.lr)
     rng = np.random.default_rng([run.workload.seed, rank])
@@ -81,7 +83,7 @@ def main() -> None:
             state.note(test_accuracy=accuracy(model.module, x_test, y_test))
         pick = torch.from_numpy(rng.choice(len(y), batch, replace=False))
         loss = F.cross_entropy(model(x[pick]), y[pick])
-        state.note(train_loss=float(loss))
+        state.note(train_loss=loss.item())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -101,6 +101,7 @@ class RunConfig(Settings):
         if self.training.train_script:
             from .trainscript import check_train_script
             check_train_script(self)
+            return None  # the script's gradients: no trace set
         if self.training.train:
             self.check_training()
             return None
