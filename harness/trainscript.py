@@ -55,6 +55,10 @@ class ScriptLauncher:
     """What each worker of a run with ``--train-script`` starts: the script (a copy of
     it is kept in the result set, ``script/``), its arguments and its environment."""
 
+    #: seconds for every worker's script to make its hook's state (PyTorch's imports
+    #: take several seconds of CPU per process on a busy machine)
+    START_WAIT = 120
+
     def __init__(self, script: str, args: str, result_dir: Path):
         self.source = Path(script).resolve()
         self.args = script_args(args)

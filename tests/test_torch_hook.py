@@ -132,3 +132,28 @@ def test_python_started_in_the_repository_still_imports_pytorch():
                          cwd=root, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "torch.nn.modules.linear.Linear" in out.stdout
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--train-script", "no-such-script.py"], "--train-script no-such-script.py: no such file"),
+    (["--train-script", __file__, "--train"], "--train-script and --train"),
+    (["--train-script", __file__, "--compress", "gradiveq"], "--compress gradiveq is for"),
+    (["--train-script", __file__, "--train-args", "'unclosed"], "--train-args"),
+])
+def test_a_train_script_that_cannot_run_gets_one_line(args, fragment):
+    from click.testing import CliRunner
+
+    from qaina_bench.harness.cli import main
+    result = CliRunner().invoke(main, ["up", "--dry-run", *args])
+    assert result.exit_code != 0
+    assert fragment in result.output and "Traceback" not in result.output, result.output
+
+
+def test_a_dry_run_keeps_the_script_and_its_arguments():
+    from click.testing import CliRunner
+
+    from qaina_bench.harness.cli import main
+    result = CliRunner().invoke(main, ["up", "--dry-run", "--train-script", __file__,
+                                       "--train-args", "--comm allreduce --steps 5"])
+    assert result.exit_code == 0, result.output
+    assert "train_script:" in result.output and "--comm allreduce --steps 5" in result.output

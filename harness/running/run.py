@@ -314,8 +314,9 @@ class Run:
                                                           stdin=None, env=env)
                     self.agents.append(AgentProcess(job.job_id, w.index, host, acfg, popen, log))
                     self.record.add_process(popen.pid, f"agent {name} on {host}")
-        # Start together once every agent has loaded its trace.
-        deadline = time.monotonic() + 60
+        # Start together once every agent has loaded its trace (a script: PyTorch too).
+        wait = 60 if self.script is None else self.script.START_WAIT
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             self._check_agents()
             if all(any(r.get("type") == "start" for r in a.records()) for a in self.agents):
@@ -326,7 +327,7 @@ class Run:
                        if not any(r.get("type") == "start" for r in a.records())]
             how = f" ({self.mode.connect_note})" if self.mode.connect_note else ""
             raise RunError(f"agents {', '.join(waiting[:8])}{' ...' if len(waiting) > 8 else ''} "
-                           f"did not start within 60 s{how}; see "
+                           f"did not start within {wait} s{how}; see "
                            f"{self.writer.log_dir}")
         for p in self._processes():
             self.ledger.watch(p["name"], p["component"], p["pid"], p["job"])
