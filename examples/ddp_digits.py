@@ -8,11 +8,12 @@ DDP's plain all-reduce (gloo) over the same network: the baseline. Steps, learni
 rate, batch size, hidden layers and seed default to the run's settings (``--iterations``,
 ``--lr``, ``--batch-size``, ``--hidden``, ``--seed``). Start it with ``up``:
 
-    qaina-bench up --topo star --workers 2 --iterations 100 --train-script examples/ddp_digits.py
-    qaina-bench up --topo star --workers 2 --iterations 100 --train-script examples/ddp_digits.py \\
-        --train-args "--comm allreduce"
+    qaina-bench up --topo star --jobs 1 --workers 2 --iterations 100 \\
+        --train-script examples/ddp_digits.py
+    qaina-bench up --topo star --jobs 1 --workers 2 --iterations 100 \\
+        --train-script examples/ddp_digits.py --train-args "--comm allreduce"
 
-Worker 0 prints the time per step, the bytes it sent and the final test accuracy.
+Each worker prints its time per step, the bytes it sent and the final test accuracy.
 """
 
 from __future__ import annotations
