@@ -110,7 +110,8 @@ class Run:
         self.offsets = arrival_offsets(cfg.workload.arrivals, cfg.workload.jobs, cfg.workload.seed)
         self.admission: Admission | None = None
         tr = cfg.training
-        self.trace_path = None if tr.train or tr.train_script else find_trace(tr.trace, tr.trace_dirs or None)
+        self.trace_path = (None if tr.train or tr.train_script
+                           else find_trace(tr.trace, tr.trace_dirs or None))
         if os.geteuid() != 0:
             raise ConfigError("qaina-bench up needs root (Mininet, veth, raw sockets): "
                               "run it with sudo")
