@@ -11,6 +11,12 @@ VENV ?= .venv
 SHELL_VENV ?= $(or $(QAINA_SHELL_VENV),.venv-shell)
 export QAINA_SHELL_VENV := $(abspath $(SHELL_VENV))
 P4RUNTIME_SHELL ?= p4runtime-shell==0.0.6
+# PyTorch (qaina_bench.torch, up --train-script, the cnn and resnet models, and their
+# tests), installed by `make venv`; empty (TORCH=) for none. Take the CPU build: on PyPI,
+# Linux's torch is a CUDA build of several GB; TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# gets it from PyTorch's own index where pip's does not have it.
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
 APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables procps cgroup-tools python3-venv
 TOPO ?= leafspine
 PYTEST_ARGS ?=
@@ -68,6 +74,7 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test,record,data]'
+	$(if $(TORCH),$(VENV)/bin/pip install -q '$(TORCH)' $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)))
 	@touch $@
 
 # p4runtime-shell for `qaina-bench shell` (and its tests), apart from the harness's venv.

@@ -8,6 +8,8 @@ The package's parts are the repository's top-level folders:
 * ``qaina_bench.topologies`` Mininet topologies;
 * ``qaina_bench.harness``    the CLI, switch targets, P4Runtime control plane, measurement,
                              result sets (``results/`` holds only run outputs).
+* ``qaina_bench.torch``      a PyTorch DDP communication hook through the testbed
+                             (``torch.py``; ``up --train-script``).
 """
 
 __version__ = "0.1.0"

@@ -183,6 +183,12 @@ class Training(Section):
                         "parameters)")
     eval_every: int = option(10, "--train: iterations between test accuracies")
     target_accuracy: float = option(0.9, "--train: the summary says when it was reached")
+    train_script: str | None = option(None, "run this PyTorch DDP script once per worker "
+                                      "instead of an agent; its gradients go through the "
+                                      "testbed with qaina_bench.torch's hook (README, "
+                                      "\"Training with PyTorch DDP\")", metavar="SCRIPT")
+    train_args: str = option("", "--train-script's arguments, one quoted string "
+                             "(split like a shell's)", metavar="'ARGS'")
 
 
 @dataclass

@@ -98,6 +98,10 @@ class RunConfig(Settings):
         out = self.output
         if out.sample_interval <= 0 or out.timeout <= 0:
             raise ConfigError("--sample-interval and --timeout must be positive")
+        if self.training.train_script:
+            from .trainscript import check_train_script
+            check_train_script(self)
+            return None  # the script's gradients: no trace set
         if self.training.train:
             self.check_training()
             return None

@@ -215,7 +215,9 @@ def run_setup(cfg, meta: dict) -> dict:
         "workers": work.workers,
         "bits": cfg.job_bits(),
         "iterations": work.iterations,
-        "trace": None if tr.train else tr.trace,
+        "trace": None if tr.train or tr.train_script else tr.trace,
+        "train_script": ({"script": tr.train_script, "args": tr.train_args}
+                         if tr.train_script else None),
         "train": {"model": tr.model, "lr": tr.lr, "batch_size": tr.batch_size}
         if tr.train else None,
         "compress": comp.compress,

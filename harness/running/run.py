@@ -39,6 +39,7 @@ from .mncli import RunCLI
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
 from .sampling import Sampler
+from ..trainscript import ScriptLauncher
 from .processes import (AgentProcess, _terminate, agent_env, deferred_signals,
                         ignored_signals)
 
@@ -64,7 +65,8 @@ def new_run_id(cfg: RunConfig) -> str:
         parts.append("ef")
     if comp.compress != "none":
         parts.append(comp.compress)
-    parts.append(f"train-{tr.model}" if tr.train else tr.trace)
+    parts.append(f"train-{tr.model}" if tr.train else
+                 f"script-{Path(tr.train_script).stem}" if tr.train_script else tr.trace)
     for name, value in (("bw", net.bw), ("delay", net.delay), ("loss", net.loss),
                         ("cpu", net.host_cpu)):
         if value:
@@ -111,7 +113,8 @@ class Run:
         self.offsets = arrival_offsets(cfg.workload.arrivals, cfg.workload.jobs, cfg.workload.seed)
         self.admission: Admission | None = None
         tr = cfg.training
-        self.trace_path = None if tr.train else find_trace(tr.trace, tr.trace_dirs or None)
+        self.trace_path = (None if tr.train or tr.train_script
+                           else find_trace(tr.trace, tr.trace_dirs or None))
         if os.geteuid() != 0:
             raise ConfigError("qaina-bench up needs root (Mininet, veth, raw sockets): "
                               "run it with sudo")
@@ -166,6 +169,9 @@ class Run:
         self.ledger = CpuLedger()  # CPU seconds of every process, agents' go to their end
         self.interfaces: dict[str, str] = {}  # switch interface -> node at its far end
         self.events: dict[str, float] = {"invoked": self.t_invoked}
+        tr = cfg.training  # --train-script: the user's script runs instead of the agents
+        self.script = (ScriptLauncher(tr.train_script, tr.train_args, self.dir)
+                       if tr.train_script else None)
 
     # -- the run -------------------------------------------------------------------
     def execute(self) -> dict:
@@ -310,15 +316,15 @@ class Run:
                 path = self.writer.dir / "agents" / f"{name}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 acfg.save(path)
-                log = self.writer.log_dir / f"agent-{name}.log"
+                argv, env, log = self._agent_command(job, w, name, path)
                 with deferred_signals(), open(log, "wb") as out:
-                    popen = self.testbed.host(host).popen(
-                        [sys.executable, "-m", "qaina_bench.hosts.agent", str(path)],
-                        stdout=out, stderr=out, stdin=None, env=agent_env())
+                    popen = self.testbed.host(host).popen(argv, stdout=out, stderr=out,
+                                                          stdin=None, env=env)
                     self.agents.append(AgentProcess(job.job_id, w.index, host, acfg, popen, log))
                     self.record.add_process(popen.pid, f"agent {name} on {host}")
-        # Start together once every agent has loaded its trace.
-        deadline = time.monotonic() + 60
+        # Start together once every agent has loaded its trace (a script: PyTorch too).
+        wait = 60 if self.script is None else self.script.START_WAIT
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             self._check_agents()
             if all(any(r.get("type") == "start" for r in a.records()) for a in self.agents):
@@ -329,7 +335,7 @@ class Run:
                        if not any(r.get("type") == "start" for r in a.records())]
             how = f" ({self.mode.connect_note})" if self.mode.connect_note else ""
             raise RunError(f"agents {', '.join(waiting[:8])}{' ...' if len(waiting) > 8 else ''} "
-                           f"did not start within 60 s{how}; see "
+                           f"did not start within {wait} s{how}; see "
                            f"{self.writer.log_dir}")
         for p in self._processes():
             self.ledger.watch(p["name"], p["component"], p["pid"], p["job"])
@@ -353,6 +359,17 @@ class Run:
             self.admission = Admission(pool, slots, self.offsets, self.events["agents_go"],
                                        self._admit, self._release)
             self.admission.step(time.time())
+
+    def _agent_command(self, job: Job, worker, name: str, path: Path):
+        """argv, environment and log of a worker's process: its agent, or with
+        --train-script the user's script (``harness/trainscript.py``)."""
+        if self.script is None:
+            return ([sys.executable, "-m", "qaina_bench.hosts.agent", str(path)], agent_env(),
+                    self.writer.log_dir / f"agent-{name}.log")
+        env = self.script.env(agent_env(), path, worker.index, len(job.workers),
+                              int_to_ip(job.workers[0].ip),
+                              self.testbed.host(worker.host).defaultIntf().name)
+        return self.script.argv(), env, self.writer.log_dir / self.script.log_name(name)
 
     def _admit(self, index: int, base: int):
         """--arrivals: job ``index`` gets slots ``base..``, its entries, its start signal
