@@ -11,7 +11,8 @@ VENV ?= .venv
 SHELL_VENV ?= $(or $(QAINA_SHELL_VENV),.venv-shell)
 export QAINA_SHELL_VENV := $(abspath $(SHELL_VENV))
 P4RUNTIME_SHELL ?= p4runtime-shell==0.0.6
-APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables procps cgroup-tools python3-venv
+APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables procps cgroup-tools python3-venv \
+  tcpdump tshark
 TOPO ?= leafspine
 PYTEST_ARGS ?=
 
