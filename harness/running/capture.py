@@ -231,9 +231,12 @@ class CapturePlan:
                           "limit_reached": size is not None
                           and size >= self.limit_mb * 1_000_000})
         if self.captures:
-            (out_dir / "captures.json").write_text(json.dumps(
-                {"tool": self.tool, "limit_mb": self.limit_mb, "dissector": FILE_NAME,
-                 "files": files}, indent=1))
+            try:  # a full disk must not keep the network from being torn down
+                (out_dir / "captures.json").write_text(json.dumps(
+                    {"tool": self.tool, "limit_mb": self.limit_mb, "dissector": FILE_NAME,
+                     "files": files}, indent=1))
+            except OSError:
+                pass
         return files
 
 
