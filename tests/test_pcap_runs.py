@@ -39,9 +39,11 @@ FIELDS = ["ip.src", "ip.dst", "udp.length"] + [f"qaina.{n}" for n in NAMES] + [
 
 
 def decode(directory, interface: str, suffix: str = ".pcapng") -> list[dict]:
-    """Every UDP frame of an interface's capture, with its QAINA fields as numbers."""
+    """Every UDP frame of an interface's capture, with its QAINA fields as numbers
+    (not the ICMP errors a host sends for a late result to an agent that has ended:
+    they quote the datagram)."""
     rows = tshark_fields(directory / "pcap" / "qaina.lua",
-                         directory / "pcap" / f"{interface}{suffix}", FIELDS, "udp")
+                         directory / "pcap" / f"{interface}{suffix}", FIELDS, "udp && !icmp")
     out = []
     for row in rows:
         d = dict(zip(FIELDS, row))
