@@ -14,7 +14,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get -o DPkg::Lock::Timeout=600 update \
  && apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends \
       make python3 python3-venv ca-certificates \
-      mininet iproute2 iputils-ping ethtool nftables procps cgroup-tools \
+      mininet iproute2 iputils-ping ethtool nftables procps cgroup-tools tcpdump tshark \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/qaina-bench

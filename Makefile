@@ -17,7 +17,8 @@ P4RUNTIME_SHELL ?= p4runtime-shell==0.0.6
 # gets it from PyTorch's own index where pip's does not have it.
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
-APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables procps cgroup-tools python3-venv
+APT_PACKAGES := mininet iproute2 iputils-ping ethtool nftables procps cgroup-tools python3-venv \
+  tcpdump tshark
 TOPO ?= leafspine
 PYTEST_ARGS ?=
 

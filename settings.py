@@ -206,6 +206,12 @@ class Output(Section):
     switch_log: bool = option(False, "BMv2 logs every packet to logs/<switch>.bmv2.txt "
                               "(slows BMv2 down several times: for debugging, not for "
                               "measurements)")
+    pcap: str | None = option(None, "capture packets on these nodes (all their interfaces) "
+                              "or interfaces, e.g. h1,s1-eth2: one pcapng per interface in "
+                              "pcap/ of the result set, with the QAINA Wireshark dissector",
+                              metavar="NODES_OR_INTERFACES")
+    pcap_size: int = option(64, "--pcap: megabytes (10^6 bytes) per interface at most",
+                            metavar="MB")
 
 
 SECTIONS: dict[str, type[Section]] = {

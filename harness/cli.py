@@ -208,6 +208,23 @@ def clean():
         click.echo("nothing to clean")
 
 
+@main.command()
+@click.option("--out", "out", type=click.Path(dir_okay=False), metavar="FILE",
+              help="write it here (default: print it)")
+def dissector(out):
+    """Write the Wireshark dissector of the QAINA header (Lua, from p4/header.py); use it
+    with `tshark -X lua_script:FILE` or put it in Wireshark's plugin folder."""
+    from ..p4.wireshark import dissector_lua
+    if out is None:
+        click.echo(dissector_lua(), nl=False)
+        return
+    try:
+        Path(out).write_text(dissector_lua())
+    except OSError as exc:
+        _fail(OSError(f"cannot write {out}: {exc.strerror or exc}"))
+    click.echo(f"wrote {out}")
+
+
 # -- traces --------------------------------------------------------------------------
 @main.group()
 def traces():

@@ -98,6 +98,8 @@ class RunConfig(Settings):
         out = self.output
         if out.sample_interval <= 0 or out.timeout <= 0:
             raise ConfigError("--sample-interval and --timeout must be positive")
+        if out.pcap_size < 1:
+            raise ConfigError(f"--pcap-size {out.pcap_size}: megabytes per interface, at least 1")
         if self.training.train_script:
             from .trainscript import check_train_script
             check_train_script(self)

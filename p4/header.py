@@ -3,7 +3,8 @@
 ``QAINA_FIELDS`` is the one definition of the aggregation header. Everything else is
 derived from it: the struct format of the hosts' fast path, the lengths and numpy
 dtype of whole packets for each payload size the data plane is built for (``Wire``), the scapy layer (``QAINA``, bound to UDP port ``QAINA_UDP_PORT``) and the
-P4 ``header qaina_h`` text that ``qaina.p4`` must contain (a test checks it does).
+P4 ``header qaina_h`` text that ``qaina.p4`` must contain (a test checks it does), and
+the Wireshark dissector (``p4/wireshark.py``).
 
 Wire layout of an aggregation packet::
 
@@ -59,6 +60,26 @@ ETH_LEN, IPV4_LEN, UDP_LEN = 14, 20, 8
 
 
 @dataclass(frozen=True)
+class Flag:
+    """One bit of the ``flags`` field: name, mask, meaning."""
+
+    name: str
+    mask: int
+    doc: str = ""
+
+
+#: the bits of ``flags``, lowest first (the scapy layer and the Wireshark dissector
+#: name them from here)
+QAINA_FLAGS = (
+    Flag("RESULT", FLAG_RESULT, "a result: the switch's sum going to a worker"),
+    Flag("RETX", FLAG_RETX, "a worker's contribution sent again after a timeout"),
+    Flag("FALLBACK", FLAG_FALLBACK, "a contribution the switch diverted to the job's "
+         "fallback host"),
+    Flag("FLUSH", FLAG_FLUSH, "the fallback host asks for the partial sum of a chunk"),
+)
+assert [f.mask for f in QAINA_FLAGS] == [1 << i for i in range(len(QAINA_FLAGS))]
+
+@dataclass(frozen=True)
 class Field:
     """One header field: name, width in bits, signedness, meaning."""
 
@@ -71,7 +92,7 @@ class Field:
 QAINA_FIELDS = (
     Field("job_id", 16, doc="job id, key of job_table"),
     Field("worker", 8, doc="worker index of the sender (results: of the receiver)"),
-    Field("flags", 8, doc="FLAG_RESULT | FLAG_RETX | FLAG_FALLBACK"),
+    Field("flags", 8, doc="bits of QAINA_FLAGS: RESULT, RETX, FALLBACK, FLUSH"),
     Field("slot", 16, doc="slot in the shared pool"),
     Field("ver", 8, doc="slot copy 0/1, flipped on every reuse of the slot"),
     Field("exp", 8, signed=True, doc="scale exponent (next chunk's / agreed maximum)"),
@@ -235,7 +256,7 @@ def _build_scapy_layer():
 
     def field(f: Field):
         if f.name == "flags":
-            return FlagsField(f.name, 0, f.bits, ["RESULT", "RETX", "FALLBACK"])
+            return FlagsField(f.name, 0, f.bits, [flag.name for flag in QAINA_FLAGS])
         if f.bits == 8:
             return SignedByteField(f.name, 0) if f.signed else ByteField(f.name, 0)
         if f.bits == 16:

@@ -33,6 +33,7 @@ from ..config import ConfigError, RunConfig
 from .cpulimit import limit_problem
 from .cpustat import CpuLedger
 from .arrivals import Admission, SlotPool, arrival_offsets
+from .capture import CaptureError, CapturePlan
 from ..switches.jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
 from .mncli import RunCLI
@@ -135,6 +136,10 @@ class Run:
         if cfg.network.loss and not self.netem and not nft_available():
             raise ConfigError("--loss needs netem or nftables: this kernel has no netem; "
                               "install nftables (apt-get install nftables)")
+        topo = build_topology(cfg)
+        #: --pcap: the interfaces to capture and the tool, checked before anything starts
+        self.capture = (CapturePlan.resolve(cfg.output.pcap, topo, cfg.output.pcap_size)
+                        if cfg.output.pcap else None)
         busy = live_records()
         if busy:
             raise ConfigError(f"run {busy[0].run_id} (pid {busy[0].data['owner']}) is still "
@@ -143,7 +148,7 @@ class Run:
             removed = rec.remove()
             echo(f"run {rec.run_id} ended without tearing down; removed what it left: "
                  f"{'; '.join(removed) or 'nothing was left'}")
-        check_names_free(cfg.network.topo, build_topology(cfg))
+        check_names_free(cfg.network.topo, topo)
         cfg.output.run_id = cfg.output.run_id or new_run_id(cfg)
         self.dir = Path(cfg.output.results_dir) / cfg.output.run_id
         if self.dir.exists():
@@ -224,6 +229,7 @@ class Run:
                                host_cpu=net.host_cpu)
         with deferred_signals():
             self.testbed.start()
+        self._start_capture()
         self.switch_program = self.testbed.switch_program()
         #: where each embedded switch writes its ports' counters when it stops
         self.port_stats = {sw.name: sw.target.stats_path for sw in self.testbed.net.switches
@@ -273,6 +279,19 @@ class Run:
                      for sw, j in self._placements(job).items() if j.upstream is not None]
             if self.mode.in_switch and lower and not self.shared:
                 self.echo(f"    two levels: {'; '.join(lower)} sum below {agg}")
+
+    def _start_capture(self):
+        """--pcap: a capture on every chosen interface, before the jobs are programmed."""
+        if self.capture is None:
+            return
+        with deferred_signals():
+            try:
+                self.capture.start(self.testbed.net, self.dir / "pcap", self.writer.log_dir,
+                                   self.record)
+            except CaptureError as exc:
+                raise RunError(str(exc)) from None
+        self.echo(f"  capturing {len(self.capture.interfaces)} interface(s) with "
+                  f"{self.capture.tool} into {self.dir / 'pcap'}")
 
     def _placements(self, job: Job) -> dict:
         """Switch -> the job as that switch holds it (``Testbed.placements``)."""
@@ -555,6 +574,8 @@ class Run:
         self._stop_agents()
         if self.cli_session is not None:  # what the user started from Mininet's CLI
             self.cli_session.stop_by_hand()
+        if self.capture is not None:  # the files are written out before the links go
+            self.capture.stop(self.dir / "pcap")
         if self.testbed is not None:
             try:
                 self.testbed.stop()
