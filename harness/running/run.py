@@ -27,7 +27,6 @@ from ..modes import mode_of
 from ...p4.header import QAINA_WORDS
 from ...hosts.traces import find_trace
 from ..results.resultset import ResultWriter
-from ..results.summary import summarise
 from ...topologies import LinkParams
 from ..config import ConfigError, RunConfig
 from .cpulimit import limit_problem
@@ -39,6 +38,7 @@ from .linkloss import netem_available, nft_available
 from .mncli import RunCLI
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
+from .runmeta import write_results
 from .sampling import Sampler
 from ..trainscript import ScriptLauncher
 from .processes import (AgentProcess, _terminate, agent_env, deferred_signals,
@@ -207,7 +207,7 @@ class Run:
         finally:
             with ignored_signals() as held:  # another Ctrl-C or SIGTERM must not cut it short
                 self._teardown()
-                summary = self._write_results()
+                summary = write_results(self)
             #: Ctrl-C or SIGTERM came at any time, also while the run was torn down
             #: after its jobs had ended (`up` exits 130 then, a sweep stops)
             self.signalled = (self.status == "interrupted" or held.caught is not None
@@ -453,14 +453,6 @@ class Run:
                 self.server_procs.append((name, popen, log))
                 self.record.add_process(popen.pid, f"fallback host {name} on {host}")
 
-    def fallback_stats(self, job: Job) -> dict | None:
-        """--allocation shared: what the job's fallback host counted (None: no file)."""
-        path = self.writer.dir / "agents" / f"fallback{job.job_id}-stats.json"
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
-
     def _processes(self) -> list[dict]:
         """Every process the run started for the jobs: name, component, the job it
         serves (None: all of them) and PID."""
@@ -584,51 +576,3 @@ class Run:
                 self.echo(f"teardown: {exc}; `qaina-bench clean` removes what is left")
                 return
         self.record.close()
-
-    def _arrival(self, index: int) -> dict:
-        """--arrivals: when job ``index`` arrived, was admitted and left, in seconds
-        after the start signal (None: it was not); {} without --arrivals."""
-        if self.offsets is None:
-            return {}
-        a = self.admission.arrivals[index] if self.admission else None
-        go = self.events.get("agents_go", 0.0)
-        since = (lambda t: None if t is None else t - go)
-        return {"arrival_s": self.offsets[index], "arrived_at": go + self.offsets[index],
-                "admitted_s": since(a.admitted) if a else None,
-                "left_s": since(a.left) if a else None}
-
-    def _switch_ports(self) -> dict | None:
-        """The embedded switches' port counters as they wrote them on stopping (None
-        for BMv2)."""
-        out = {}
-        for name, path in getattr(self, "port_stats", {}).items():
-            try:
-                out[name] = json.loads(Path(path).read_text())
-            except (OSError, ValueError):
-                pass
-        return out or None
-
-    def _write_results(self) -> dict:
-        agents = [{"job": a.job, "worker": a.worker, "host": a.host, "records": a.records()}
-                  for a in self.agents]
-        work = self.cfg.workload
-        allocation = work.allocation if self.mode.in_switch else None
-        meta = {"run_id": self.cfg.output.run_id, "status": self.status, "events": self.events,
-                "aggregator": getattr(self, "aggregator", None),
-                "switch_program": self.switch_program,
-                **(self.sampler.summary() if self.sampler is not None else {}),
-                "interfaces": self.interfaces, "cpu_time": self.ledger.readings(),
-                "switch_ports": self._switch_ports(),
-                "processes": [{"name": p.name, "component": p.component, "job": p.job}
-                              for p in self.ledger.tracked.values()],
-                "jobs": [{"job_id": j.job_id, "index": j.index, "bits": j.fmt.bits,
-                          "workers": j.fmt.workers, "lane_width": j.fmt.width,
-                          "lanes": j.fmt.lanes, "packed": j.fmt.packed,
-                          "payload_words": self.cfg.network.payload_words,
-                          "slot_base": j.slot_base, "slots": j.slot_count,
-                          **self._arrival(j.index), "allocation": allocation,
-                          **({"fallback": self.fallback_stats(j)} if self.shared else {}),
-                          "hosts": [w.host for w in j.workers]
-                          + ([self.servers[j.index]] if self.servers else [])}
-                         for j in self.jobs]}
-        return summarise(self.writer, self.cfg, meta, agents)

@@ -1,0 +1,72 @@
+"""What a run writes when it ends: the facts only the run knows (events, jobs' slots
+and arrivals, processes, switch ports, fallback hosts' counts) handed with the
+agents' records to ``harness/results/summary.py``, which computes every figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..results.summary import summarise
+from ..switches.jobs import Job
+
+
+def fallback_stats(run, job: Job) -> dict | None:
+    """--allocation shared: what the job's fallback host counted (None: no file)."""
+    path = run.writer.dir / "agents" / f"fallback{job.job_id}-stats.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def arrival(run, index: int) -> dict:
+    """--arrivals: when job ``index`` arrived, was admitted and left, in seconds
+    after the start signal (None: it was not); {} without --arrivals."""
+    if run.offsets is None:
+        return {}
+    a = run.admission.arrivals[index] if run.admission else None
+    go = run.events.get("agents_go", 0.0)
+    since = (lambda t: None if t is None else t - go)
+    return {"arrival_s": run.offsets[index], "arrived_at": go + run.offsets[index],
+            "admitted_s": since(a.admitted) if a else None,
+            "left_s": since(a.left) if a else None}
+
+
+def switch_ports(run) -> dict | None:
+    """The embedded switches' port counters as they wrote them on stopping (None
+    for BMv2)."""
+    out = {}
+    for name, path in getattr(run, "port_stats", {}).items():
+        try:
+            out[name] = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            pass
+    return out or None
+
+
+def write_results(run) -> dict:
+    """The run's summary.json, and the summary, from what ``run`` (a ``Run``) knows."""
+    agents = [{"job": a.job, "worker": a.worker, "host": a.host, "records": a.records()}
+              for a in run.agents]
+    work = run.cfg.workload
+    allocation = work.allocation if run.mode.in_switch else None
+    meta = {"run_id": run.cfg.output.run_id, "status": run.status, "events": run.events,
+            "aggregator": getattr(run, "aggregator", None),
+            "switch_program": run.switch_program,
+            **(run.sampler.summary() if run.sampler is not None else {}),
+            "interfaces": run.interfaces, "cpu_time": run.ledger.readings(),
+            "switch_ports": switch_ports(run),
+            "processes": [{"name": p.name, "component": p.component, "job": p.job}
+                          for p in run.ledger.tracked.values()],
+            "jobs": [{"job_id": j.job_id, "index": j.index, "bits": j.fmt.bits,
+                      "workers": j.fmt.workers, "lane_width": j.fmt.width,
+                      "lanes": j.fmt.lanes, "packed": j.fmt.packed,
+                      "payload_words": run.cfg.network.payload_words,
+                      "slot_base": j.slot_base, "slots": j.slot_count,
+                      **arrival(run, j.index), "allocation": allocation,
+                      **({"fallback": fallback_stats(run, j)} if run.shared else {}),
+                      "hosts": [w.host for w in j.workers]
+                      + ([run.servers[j.index]] if run.servers else [])}
+                     for j in run.jobs]}
+    return summarise(run.writer, run.cfg, meta, agents)
