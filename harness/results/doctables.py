@@ -68,8 +68,8 @@ def mbytes(x: float) -> str:
     return f"{x / 1e6:.3g}"
 
 
-def verdicts(rows: list[dict]) -> str:
-    found = sorted({r["fidelity"] for r in rows})
+def verdicts(rows: list[dict], column: str = "fidelity") -> str:
+    found = sorted({r[column] for r in rows})
     return found[0] if len(found) == 1 else "/".join(found)
 
 
@@ -419,7 +419,7 @@ def _by_mode(rows: list[dict]) -> dict[str, list[dict]]:
 def headline(d: DocData) -> str:
     modes = _by_mode(d.rows("headline"))
     body = [[SCHEMES[mode], spread(values(rs, "melem_s_per_job"), f2),
-             spread(values(rs, "agents_s_per_melem"), f2), verdicts(rs)]
+             spread(values(rs, "agents_s_per_melem"), f2), verdicts(rs, "verdict")]
             for mode, rs in modes.items()]
     runs = max(len(rs) for rs in modes.values())
     return table(["", f"Melem/s per job, mean (range), {runs} runs",
