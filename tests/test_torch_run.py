@@ -42,7 +42,8 @@ def test_the_example_through_the_switch_is_exact(tmp_path, target):  # noqa: F81
     summary, directory, rows = run_example(tmp_path, target=target, bits=[4])
     check_exact_aggregates(directory, summary)
     job = summary["jobs"][0]
-    assert job["iterations_done"] == STEPS and job["slots_peak"] > 0
+    # (slots_peak is not checked: a step's buckets can fall between two 10 ms samples)
+    assert job["iterations_done"] == STEPS
     assert all(int(r["packets_sent"]) > 0 for r in rows)
 
 
