@@ -35,6 +35,7 @@ from .cpustat import CpuLedger
 from .arrivals import Admission, SlotPool, arrival_offsets
 from ..switches.jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
+from .clustercheck import cluster_for
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
 from .sampling import Sampler
@@ -115,6 +116,8 @@ class Run:
         if shutil.which("mnexec") is None:
             raise ConfigError("mnexec not found: install Mininet (apt-get install mininet), "
                               "or run `qaina-bench doctor`")
+        self.cluster = cluster_for(cfg.network.cluster, cfg.network.target,
+                                   Path(cfg.output.results_dir), cfg.network.host_cpu)
         self.netem = netem_available()
         if cfg.network.delay and not self.netem:
             raise ConfigError("--delay needs the kernel's netem qdisc, which this kernel "
@@ -208,7 +211,7 @@ class Run:
             self.echo(f"  every host limited to {net.host_cpu:g} cores of CPU time per second")
         self.testbed = Testbed(topo, net.target, self.writer.log_dir, self.record, nft_loss,
                                log_packets=cfg.output.switch_log, words=net.payload_words,
-                               host_cpu=net.host_cpu)
+                               host_cpu=net.host_cpu, cluster=self.cluster)
         with deferred_signals():
             self.testbed.start()
         self.switch_program = self.testbed.switch_program()
@@ -305,11 +308,10 @@ class Run:
                 acfg.save(path)
                 log = self.writer.log_dir / f"agent-{name}.log"
                 with deferred_signals(), open(log, "wb") as out:
-                    popen = self.testbed.host(host).popen(
-                        [sys.executable, "-m", "qaina_bench.hosts.agent", str(path)],
-                        stdout=out, stderr=out, stdin=None, env=agent_env())
+                    popen = self.testbed.start_process(
+                        host, [sys.executable, "-m", "qaina_bench.hosts.agent", str(path)],
+                        out, log, agent_env(), f"agent {name} on {host}")
                     self.agents.append(AgentProcess(job.job_id, w.index, host, acfg, popen, log))
-                    self.record.add_process(popen.pid, f"agent {name} on {host}")
         # Start together once every agent has loaded its trace.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -386,11 +388,10 @@ class Run:
             name = f"{server.short}{job.job_id}"
             log = self.writer.log_dir / f"{name}.log"
             with deferred_signals(), open(log, "wb") as out:
-                popen = self.testbed.host(host).popen(
-                    [sys.executable, *server.argv(job.fmt.workers)],
-                    stdout=out, stderr=out, stdin=None, env=agent_env())
+                popen = self.testbed.start_process(
+                    host, [sys.executable, *server.argv(job.fmt.workers)], out, log,
+                    agent_env(), f"{server.label} {name} on {host}")
                 self.server_procs.append((name, popen, log))
-                self.record.add_process(popen.pid, f"{server.label} {name} on {host}")
 
     def _launch_fallbacks(self):
         ids = self.testbed.device_ids
@@ -404,11 +405,10 @@ class Run:
             path.write_text(json.dumps(asdict(fcfg)))
             log = self.writer.log_dir / f"{name}.log"
             with deferred_signals(), open(log, "wb") as out:
-                popen = self.testbed.host(host).popen(
-                    [sys.executable, "-m", "qaina_bench.hosts.fallback", str(path)],
-                    stdout=out, stderr=out, stdin=None, env=agent_env())
+                popen = self.testbed.start_process(
+                    host, [sys.executable, "-m", "qaina_bench.hosts.fallback", str(path)],
+                    out, log, agent_env(), f"fallback host {name} on {host}")
                 self.server_procs.append((name, popen, log))
-                self.record.add_process(popen.pid, f"fallback host {name} on {host}")
 
     def fallback_stats(self, job: Job) -> dict | None:
         """--allocation shared: what the job's fallback host counted (None: no file)."""
