@@ -98,6 +98,25 @@ def bench_control(repeat, words):
     sys.exit(b.main(["control", "--repeat", str(repeat), "--payload-words", words]))
 
 
+@bench.command("scale")
+@click.option("--workers", "sizes", type=int, multiple=True, default=[4, 8, 16, 32],
+              show_default=True, help="workers of the one job (repeat)")
+@click.option("--cluster", "clusters", multiple=True, metavar="SERVERS",
+              help="also run on this cluster (as up --cluster; repeat); this machine "
+              "alone always runs first")
+@click.option("--iterations", type=int, default=2, show_default=True)
+@click.option("--bw", type=float, default=None, help="link Mbit/s (default unshaped)")
+def bench_scale(sizes, clusters, iterations, bw):
+    """Bring-up, completion, CPU per aggregated element and fidelity verdict at each
+    number of workers, on this machine and on clusters (root)."""
+    from ..config import ConfigError
+    from .scalebench import scale
+    try:
+        scale(sizes, [None, *clusters], iterations, bw, echo=click.echo)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @bench.command("codec")
 def bench_codec():
     """Agent encode/decode throughput (fp32 MB/s, one core)."""
