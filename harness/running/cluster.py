@@ -170,6 +170,12 @@ class ClusterNode(RemoteMixin):
             params.setdefault("start_new_session", True)
         return Node._popen(self, cmd, **params)
 
+    def rcmd(self, *cmd, **opts) -> str:
+        """A command on this node's server, outside its namespace; its output as text."""
+        popen = self.rpopen(*cmd, **opts)
+        out, _ = popen.communicate()
+        return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+
     @property
     def server_key(self) -> str | None:
         """The server this node runs on, None when it is this machine."""
@@ -182,8 +188,10 @@ class ClusterNode(RemoteMixin):
         env_words = [f"{k}={v}" for k, v in (env or {}).items()]
         wrapped = [sys.executable, "-m", "qaina_bench.harness.running.remote", "launch",
                    "--log", str(log), "--"] + (["env"] + env_words if env_words else []) + cmd
+        # mnexec without -d: over ssh the command leads its process group, and
+        # ``mnexec -d`` would fork and return at once
         popen = self.popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT)
+                           stderr=subprocess.STDOUT, mncmd=["mnexec", "-a", str(self.pid)])
         line = popen.stdout.readline().decode(errors="replace").strip()
         try:
             info = json.loads(line)
@@ -203,13 +211,45 @@ class ClusterHost(ClusterNode, Host):
     """A Mininet host on a server of the cluster."""
 
 
+class ClusterError(OSError):
+    """A server of the cluster did not do what the network needs (one line)."""
+
+
 class RemoteTCLink(RemoteLink):
-    """``RemoteLink`` with ``TCLink``'s shaped interfaces (--bw, --delay, --loss)."""
+    """``RemoteLink`` with ``TCLink``'s shaped interfaces (--bw, --delay, --loss), and
+    its ssh tunnel made as Mininet's cluster edition makes it (a tap device on each
+    server, ``ssh -o Tunnel=Ethernet -w 9:9``, moved and renamed), with ssh's output
+    read as text (the PyPI release compares bytes with str there)."""
 
     def __init__(self, node1, node2, **kwargs):
         kwargs.setdefault("cls1", TCIntf)
         kwargs.setdefault("cls2", TCIntf)
         RemoteLink.__init__(self, node1, node2, **kwargs)
+
+    def makeTunnel(self, node1, node2, intfname1, intfname2, addr1=None, addr2=None):
+        if node2.server == "localhost":  # ssh goes from here to the other server
+            return self.makeTunnel(node2, node1, intfname2, intfname1, addr2, addr1)
+        for node in (node1, node2):
+            out = node.rcmd(f"ip tuntap add dev tap9 mode tap user {node.user}")
+            if out.strip():
+                raise ClusterError(f"{node.server}: cannot make a tap device for "
+                                   f"{intfname1}: {out.strip()[-200:]}")
+        cmd = ["ssh", "-n", "-o", "BatchMode=yes", "-o", "Tunnel=Ethernet", "-w", "9:9",
+               f"{node2.user}@{node2.serverIP}", "echo @"]
+        self.cmd = cmd
+        tunnel = node1.rpopen(cmd, sudo=False)
+        first = tunnel.stdout.read(1).decode(errors="replace")
+        if first != "@":
+            rest = tunnel.stdout.read().decode(errors="replace")
+            raise ClusterError(f"ssh tunnel {node1.server} to {node2.server} for "
+                               f"{intfname1}-{intfname2} failed (PermitTunnel yes on "
+                               f"{node2.server}?): {(first + rest).strip()[-200:]}")
+        for node, name, addr in ((node1, intfname1, addr1), (node2, intfname2, addr2)):
+            self.moveIntf("tap9", node)
+            out = node.cmd("ip link set tap9 name", name, *(["address", addr] if addr else []))
+            if out.strip():
+                raise ClusterError(f"{node.server}: renaming tap9 to {name}: {out.strip()}")
+        return tunnel
 
 
 def run_remote(server: Server, args: list[str], stdin: str = "",

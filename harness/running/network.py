@@ -158,7 +158,15 @@ class Testbed:
             for name in self.topo.hosts():
                 self.record.add_cgroups([str(d) for d in cgroup_dirs(name)])
             self.record.save()
-        self.net.build()  # hosts, switches (each with its device id) and links
+        try:
+            self.net.build()  # hosts, switches (each with its device id) and links
+        except Exception as exc:
+            from .cluster import ClusterError
+            if self.cluster is None or isinstance(exc, ClusterError):
+                raise
+            why = (str(exc).strip().splitlines() or [repr(exc)])[-1]
+            raise ClusterError(f"building the network on {', '.join(self.cluster.names())} "
+                               f"failed: {why}") from exc
         self.device_ids = {sw.name: sw.device_id for sw in self.net.switches}
         self._record_nodes()
         if self.cluster is not None:  # where every node ran, next to the logs
