@@ -136,17 +136,58 @@ assert all(where[f"h{i}"] == ("localhost" if i % 2 else "qb-b") for i in range(1
 print(f"  exact sums: {len(summary['jobs'])} jobs x {summary['iterations']} iterations; "
       f"placement {where}")
 CHECK
-left=0
-for s in "${SERVERS[@]}"; do
-  links=$(docker exec "$s" ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 \
-    | grep -vxE 'lo|eth0' || true)
-  procs=$(docker exec "$s" ps -eo pid=,args= | grep -E 'mnexec|qaina_bench|ssh .*-w|bash --norc' \
-    | grep -v grep || true)
-  records=$(docker exec "$s" sh -c 'ls /run/qaina-bench/*.json 2>/dev/null' || true)
-  if [ -n "$links$procs$records" ]; then
-    left=1; echo "  left on $s: ${links//$'\n'/ } ${procs//$'\n'/; } $records" >&2
-  fi
-done
-ip -o link show tap9 >/dev/null 2>&1 && { echo "  left on this machine: tap9" >&2; left=1; }
-[ "$left" -eq 0 ] || exit 1
+# Nothing of a run left: no interface but lo and eth0, no Mininet shell, switch, agent
+# or tunnel, no run record, in any container; no tap device here.
+nothing_left() {
+  local left=0 s links procs records
+  for s in "${SERVERS[@]}"; do
+    links=$(docker exec "$s" ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 \
+      | grep -vxE 'lo|eth0' || true)
+    procs=$(docker exec "$s" ps -eo pid=,args= \
+      | grep -E 'mnexec|qaina_bench|qaina-bench|ssh .*-w|bash --norc' | grep -v grep || true)
+    records=$(docker exec "$s" sh -c 'ls /run/qaina-bench/*.json 2>/dev/null' || true)
+    if [ -n "$links$procs$records" ]; then
+      left=1; echo "  left on $s ($1): ${links//$'\n'/ } ${procs//$'\n'/; } $records" >&2
+    fi
+  done
+  ip -o link show tap9 >/dev/null 2>&1 && { echo "  left on this machine: tap9" >&2; left=1; }
+  [ "$left" -eq 0 ] || exit 1
+  echo "  nothing left ($1)"
+}
+nothing_left "after the run"
+
+say "kill -9 of a held run, then qaina-bench clean on qb-a"
+flock /tmp/qb-mininet.lock sh -c '
+  docker exec -d -w /opt/qaina-bench qb-a .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
+    --topo leafspine --jobs 1 --workers 2 --iterations 1 --results-dir /results --run-id held --hold
+  for _ in $(seq 600); do
+    docker exec qb-a grep -qs "held" /results/held/logs/agent-j1w1.log 2>/dev/null && break
+    docker exec qb-a sh -c "grep -qs \"switch sp1\" /run/qaina-bench/held.json" && \
+      docker exec qb-a sh -c "grep -qs \"agent j1w1\" /run/qaina-bench/held.json" && break
+    sleep 0.2
+  done
+  sleep 3
+  owner=$(docker exec qb-a .venv/bin/python -c "import json; print(json.load(open(\"/run/qaina-bench/held.json\"))[\"owner\"])")
+  docker exec qb-a kill -9 "$owner"
+  sleep 1
+  docker exec -w /opt/qaina-bench qb-a .venv/bin/qaina-bench clean'
+nothing_left "after kill -9 and clean"
+
+if [ -n "${QB_CLUSTER_SCALE:-}" ]; then  # e.g. QB_CLUSTER_SCALE="4 8 16 32"
+  say "bench scale over the three servers: workers $QB_CLUSTER_SCALE"
+  flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench bench scale \
+    $(printf -- '--workers %s ' $QB_CLUSTER_SCALE) --cluster localhost,qb-b,qb-c \
+    --results-dir /results/scale
+fi
+say "doctor and up against a server without the project and a stopped one"
+docker exec qb-c mv /opt/qaina-bench/.venv /opt/qaina-bench/.venv-off
+docker stop -t 1 qb-b >/dev/null
+out=$("${A[@]}" .venv/bin/qaina-bench doctor --cluster localhost,qb-b,qb-c || true)
+echo "$out" | grep -E "^NO .*qb-[bc]"
+echo "$out" | grep -q "^NO  qb-b: ssh: not reachable by ssh as root" || exit 1
+echo "$out" | grep -q "^NO  qb-c: qaina-bench .*no qaina-bench at" || exit 1
+out=$("${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-c --results-dir /results 2>&1 \
+  && exit 1 || true)
+echo "  up: $out"
+[ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "no qaina-bench at" || exit 1
 say "passed"

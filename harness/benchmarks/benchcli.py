@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -106,13 +107,15 @@ def bench_control(repeat, words):
               "alone always runs first")
 @click.option("--iterations", type=int, default=2, show_default=True)
 @click.option("--bw", type=float, default=None, help="link Mbit/s (default unshaped)")
-def bench_scale(sizes, clusters, iterations, bw):
+@click.option("--results-dir", type=click.Path(), default="results/scale", show_default=True,
+              help="where the runs go (on a cluster: a directory every server shares)")
+def bench_scale(sizes, clusters, iterations, bw, results_dir):
     """Bring-up, completion, CPU per aggregated element and fidelity verdict at each
     number of workers, on this machine and on clusters (root)."""
     from ..config import ConfigError
     from .scalebench import scale
     try:
-        scale(sizes, [None, *clusters], iterations, bw, echo=click.echo)
+        scale(sizes, [None, *clusters], iterations, bw, Path(results_dir), echo=click.echo)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
 
