@@ -101,7 +101,7 @@ def test_up_refuses_an_unreachable_server_in_one_line(dead_address, tmp_path):
                                     "--results-dir", str(tmp_path)])
     assert res.exit_code != 0 and "Traceback" not in res.output
     lines = res.output.strip().splitlines()
-    assert len(lines) == 1 and f"--cluster: {dead_address}: ssh not reachable" in lines[0]
+    assert len(lines) == 1 and f"--cluster: {dead_address}: not reachable by ssh as root" in lines[0]
 
 
 @pytest.mark.root

@@ -93,7 +93,7 @@ def cluster_for(text: str | None, target: str, results_dir: Path,
     for server in cluster.remote:
         for what, ok, fix in check_server(server, target):
             if not ok:
-                raise ConfigError(f"--cluster: {what} {fix}")
+                raise ConfigError(f"--cluster: {server.name}: {fix}")
         if not shared_directory(server, Path(results_dir).resolve()):
             raise ConfigError(f"--cluster: {server.name} does not see {results_dir} as "
                               "this machine does: share the results directory at the same "
