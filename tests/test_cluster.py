@@ -31,7 +31,8 @@ def test_a_comma_list_and_a_yaml_file_give_the_servers(tmp_path):
     assert Server("localhost").ssh("true") == ["true"]
 
 
-@pytest.mark.parametrize("text, says", [(",", "no servers"), ("a,b,a", "listed twice")])
+@pytest.mark.parametrize("text, says", [(",", "no servers"), ("a,b,a", "listed twice"),
+                                        ("nowhere.yaml", "no such file")])
 def test_a_bad_server_list_is_one_clear_error(text, says):
     with pytest.raises(ConfigError, match=says):
         Cluster.parse(text)

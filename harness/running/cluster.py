@@ -22,7 +22,7 @@ run record.
 from __future__ import annotations
 
 import json
-import os
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -58,7 +58,6 @@ class Server:
 
 
 def _quote(text: str) -> str:
-    import shlex
     return shlex.quote(str(text))
 
 
@@ -82,6 +81,8 @@ class Cluster:
             user = str(data.get("user", "root"))
             servers = [Server(str(s), user) for s in data["servers"]]
             pins = {str(k): str(v) for k, v in (data.get("pin") or {}).items()}
+        elif text.endswith((".yaml", ".yml")):
+            raise ConfigError(f"--cluster {text}: no such file")
         else:
             servers = [Server(s.strip()) for s in text.split(",") if s.strip()]
             pins = {}
