@@ -117,3 +117,25 @@ def test_a_cluster_of_one_runs_as_a_plain_run(tmp_path, record_dir):
     assert not list(record_dir.glob("*.json"))  # torn down: the record is gone
     left = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     assert not [n for n in ("lf1-eth1", "sp1-eth1") if f" {n}@" in left or f" {n}:" in left]
+
+
+def test_a_records_part_on_a_server_is_removed_there_by_the_remote_helper(tmp_path):
+    """What a record lists under a server goes through ``python -m ...remote remove``
+    there (here the server is this machine, reached without ssh): its process is
+    stopped, ``leftovers`` lists it before and not after."""
+    import subprocess as sp
+    from qaina_bench.harness.running.record import RunRecord, _start_time
+    proc = sp.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        rec = RunRecord("cluster-part", tmp_path)
+        rec.add_remote_process("localhost", "root", proc.pid, _start_time(proc.pid),
+                               "agent j1w0 on h3")
+        assert any("localhost: process agent j1w0 on h3" in x
+                   for x in rec.leftovers(wait=0))
+        done = rec.remove_resources()
+        assert f"localhost: stopped agent j1w0 on h3 (pid {proc.pid})" in done
+        proc.wait(5)
+        assert rec.leftovers(wait=0) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
