@@ -173,6 +173,22 @@ flock /tmp/qb-mininet.lock sh -c '
   docker exec -w /opt/qaina-bench qb-a .venv/bin/qaina-bench clean'
 nothing_left "after kill -9 and clean"
 
+say "Ctrl-C (SIGINT) to a held run on qb-a"
+flock /tmp/qb-mininet.lock sh -c '
+  docker exec -d -w /opt/qaina-bench qb-a .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
+    --topo leafspine --jobs 1 --workers 2 --iterations 1 --results-dir /results --run-id ctrlc --hold
+  for _ in $(seq 600); do
+    docker exec qb-a grep -qs "network stays up" /results/ctrlc/logs/mininet.log 2>/dev/null && break
+    docker exec qb-a sh -c "grep -qs \"agent j1w1\" /run/qaina-bench/ctrlc.json" && break
+    sleep 0.2
+  done
+  sleep 3
+  owner=$(docker exec qb-a .venv/bin/python -c "import json; print(json.load(open(\"/run/qaina-bench/ctrlc.json\"))[\"owner\"])")
+  docker exec qb-a kill -INT "$owner"
+  for _ in $(seq 300); do docker exec qb-a kill -0 "$owner" 2>/dev/null || break; sleep 0.2; done
+  docker exec qb-a test -f /results/ctrlc/summary.json'
+nothing_left "after Ctrl-C"
+
 if [ -n "${QB_CLUSTER_SCALE:-}" ]; then  # e.g. QB_CLUSTER_SCALE="4 8 16 32"
   say "bench scale over the three servers: workers $QB_CLUSTER_SCALE"
   flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench bench scale \
