@@ -24,7 +24,7 @@ PYTEST_ARGS ?=
 
 SPECS := qaina-jobs gradiveq links loss error levels arrivals sharing
 
-.PHONY: up test docker-test deps venv shell-tool bench clean p4info figures figures-quick report
+.PHONY: up test docker-test cluster-test deps venv shell-tool bench clean p4info figures figures-quick report
 
 up: deps venv
 	$(VENV)/bin/qaina-bench up --topo $(TOPO)
@@ -35,6 +35,10 @@ test: deps venv
 # The smoke subset in the project's Docker image, with a daemon of its own (docker/smoke.sh).
 docker-test:
 	docker/smoke.sh
+
+# One leaf-spine run over three containers with --cluster (docker/cluster.sh).
+cluster-test:
+	docker/cluster.sh
 
 bench: deps venv
 	$(VENV)/bin/qaina-bench bench switch

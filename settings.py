@@ -108,6 +108,10 @@ class Network(Section):
                                     "parameter server) gets at most CORES of CPU time per "
                                     "second, e.g. 0.5 (Mininet's CPULimitedHost, a cgroup CFS "
                                     "quota)", metavar="CORES")
+    cluster: str | None = option(None, "spread the network over servers with Mininet's "
+                                 "cluster edition: a comma list (localhost,node2,node3) or "
+                                 "a YAML file (servers, user, pinned nodes); see README "
+                                 "\"Running on a cluster\"", metavar="SERVERS")
 
 
 @dataclass

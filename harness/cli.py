@@ -144,10 +144,24 @@ def _load(path) -> RunConfig:
 
 
 @main.command()
-def doctor():
+@click.option("--cluster", metavar="SERVERS",
+              help="also check each server of this cluster (as `up --cluster` takes it): "
+              "ssh, root, Mininet, tunnels, the same qaina-bench")
+@click.option("--target", type=click.Choice(["embedded", "bmv2"]), default="embedded",
+              help="the switch target the cluster is to run")
+def doctor(cluster, target):
     """Check the prerequisites and say what to install."""
+    checks = check_system()
+    if cluster:
+        from .running.cluster import Cluster
+        from .running.clustercheck import check_server
+        try:
+            servers = Cluster.parse(cluster).servers
+        except ConfigError as exc:
+            _fail(exc)
+        checks = checks + [c for s in servers for c in check_server(s, target)]
     bad = 0
-    for what, ok, fix in check_system():
+    for what, ok, fix in checks:
         optional = "optional" in what
         mark = "ok " if ok else ("-- " if optional else "NO ")
         click.echo(f"{mark} {what}" + ("" if ok else f": {fix}"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -101,6 +102,27 @@ def bench_control(repeat, words):
     agg_sum included) and the sampler's slot-counter Read, mean and range (root)."""
     from . import bench as b
     sys.exit(b.main(["control", "--repeat", str(repeat), "--payload-words", words]))
+
+
+@bench.command("scale")
+@click.option("--workers", "sizes", type=int, multiple=True, default=[4, 8, 16, 32],
+              show_default=True, help="workers of the one job (repeat)")
+@click.option("--cluster", "clusters", multiple=True, metavar="SERVERS",
+              help="also run on this cluster (as up --cluster; repeat); this machine "
+              "alone always runs first")
+@click.option("--iterations", type=int, default=2, show_default=True)
+@click.option("--bw", type=float, default=None, help="link Mbit/s (default unshaped)")
+@click.option("--results-dir", type=click.Path(), default="results/scale", show_default=True,
+              help="where the runs go (on a cluster: a directory every server shares)")
+def bench_scale(sizes, clusters, iterations, bw, results_dir):
+    """Bring-up, completion, CPU per aggregated element and fidelity verdict at each
+    number of workers, on this machine and on clusters (root)."""
+    from ..config import ConfigError
+    from .scalebench import scale
+    try:
+        scale(sizes, [None, *clusters], iterations, bw, Path(results_dir), echo=click.echo)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @bench.command("codec")

@@ -10,6 +10,7 @@ With ``host_cpu``, every host is CPU-limited (``harness/running/cpulimit.py``).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -132,8 +133,9 @@ class Testbed:
 
     def __init__(self, topo, target: str, log_dir: Path, record: RunRecord,
                  nft_loss: float | None = None, log_packets: bool = False,
-                 words: int = QAINA_WORDS, host_cpu: float | None = None):
+                 words: int = QAINA_WORDS, host_cpu: float | None = None, cluster=None):
         self.topo = topo
+        self.cluster = cluster  # the servers (harness/running/cluster.py), None: this one
         self.host_cpu = host_cpu  # cores of CPU time per second each host may use
         self.words = words  # payload words of the qaina.p4 build every switch runs
         self.log_packets = log_packets
@@ -152,6 +154,7 @@ class Testbed:
         self._freeing: list[threading.Thread] = []  # copies of shared jobs being freed
         self.free_errors: list[str] = []
         self.mininet_log: MininetLog | None = None
+        self.remote_procs: list[tuple] = []  # (node, PID) started on other servers
 
     # -- bring-up ----------------------------------------------------------------------
     def start(self, ready_timeout: float = 30.0):
@@ -159,20 +162,28 @@ class Testbed:
                          record=self.record, log_packets=self.log_packets, words=self.words)
         self.mininet_log = MininetLog(self.log_dir / "mininet.log")
         host = partial(LimitedHost, cores=self.host_cpu) if self.host_cpu else Host
-        self.net = Mininet(topo=self.topo, switch=switch, host=host, link=TCLink,
-                           controller=None, build=False, autoSetMacs=False)
+        if self.cluster is not None:
+            self.net = self._cluster_net()
+        else:
+            self.net = Mininet(topo=self.topo, switch=switch, host=host, link=TCLink,
+                               controller=None, build=False, autoSetMacs=False)
         if self.host_cpu:  # listed before they exist: a failed build leaves them too
             for name in self.topo.hosts():
                 self.record.add_cgroups([str(d) for d in cgroup_dirs(name)])
             self.record.save()
-        self.net.build()  # hosts, switches (each with its device id) and links
+        try:
+            self.net.build()  # hosts, switches (each with its device id) and links
+        except Exception as exc:
+            from .cluster import ClusterError
+            if self.cluster is None or isinstance(exc, ClusterError):
+                raise
+            why = (str(exc).strip().splitlines() or [repr(exc)])[-1]
+            raise ClusterError(f"building the network on {', '.join(self.cluster.names())} "
+                               f"failed: {why}") from exc
         self.device_ids = {sw.name: sw.device_id for sw in self.net.switches}
-        for node in self.net.hosts + self.net.switches:
-            self.record.add_process(node.pid, f"mininet shell {node.name}")
-        for link in self.net.links:  # both ends: one of them is in the root namespace
-            self.record.add_interface(link.intf1.name)
-            self.record.add_interface(link.intf2.name)
-        self.record.save()
+        self._record_nodes()
+        if self.cluster is not None:  # where every node ran, next to the logs
+            (self.log_dir / "placement.json").write_text(json.dumps(self.placement(), indent=1))
         self.net.start()
         for h in self.net.hosts:
             h.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
@@ -191,6 +202,51 @@ class Testbed:
         self._connect(ready_timeout)
         self._install_routes()
         self._install_source_guards()
+
+    def _cluster_net(self):
+        """Mininet's cluster edition over ``self.cluster``'s servers, placed by
+        ``LeafPlacer`` (each leaf with its hosts, the spines on the last server)."""
+        from mininet.examples.cluster import MininetCluster
+        from .cluster import ClusterHost, LeafPlacer, RemoteTCLink
+        from .clusterswitch import ClusterSwitch
+        user = self.cluster.servers[0].user
+        switch = partial(ClusterSwitch, target=self.target, log_dir=self.log_dir,
+                         record=self.record, log_packets=self.log_packets, words=self.words,
+                         user=user)
+        placer = type("Placer", (LeafPlacer,), {"cluster": self.cluster})
+        return MininetCluster(topo=self.topo, switch=switch, host=partial(ClusterHost, user=user),
+                              link=RemoteTCLink, controller=None, build=False,
+                              autoSetMacs=False, servers=self.cluster.names(), user=user,
+                              placement=placer, precheck=False)
+
+    def _record_nodes(self):
+        """Every node's shell and both ends of every link, on the server each is on
+        (an ssh session's end here); the ssh tunnels of links between servers."""
+        for node in self.net.hosts + self.net.switches:
+            server = getattr(node, "server_key", None)
+            if server is None:
+                self.record.add_process(node.pid, f"mininet shell {node.name}")
+            else:
+                self.record.add_process(node.shell.pid, f"ssh to {node.name} on {server}")
+                self.record.add_remote_process(server, node.user, node.pid, None,
+                                               f"mininet shell {node.name}")
+        for link in self.net.links:  # both ends: one of them is in the root namespace
+            for intf in (link.intf1, link.intf2):
+                server = getattr(intf.node, "server_key", None)
+                if server is None:
+                    self.record.add_interface(intf.name)
+                else:
+                    self.record.add_remote_interface(server, intf.node.user, intf.name)
+            tunnel = getattr(link, "tunnel", None)
+            if tunnel is not None:
+                self.record.add_process(tunnel.pid, f"ssh tunnel {link.intf1.name}-"
+                                        f"{link.intf2.name}")
+        self.record.save()
+
+    def placement(self) -> dict[str, str]:
+        """Node -> the server it runs on ("localhost": this machine)."""
+        return {n.name: getattr(n, "server", "localhost") or "localhost"
+                for n in self.net.hosts + self.net.switches}
 
     def _connect(self, timeout: float):
         for sw in self.net.switches:
@@ -418,6 +474,24 @@ class Testbed:
         return Worker(index, ip_to_int(h.IP()), mac_to_int(h.MAC()),
                       self.next_hops(host)[aggregator], host)
 
+    def start_process(self, host: str, cmd: list[str], out, log: Path, env: dict,
+                      what: str):
+        """Start ``cmd`` on Mininet host ``host`` (its output to ``out``, the open
+        ``log``) and record it; on another server of a cluster through ``remote
+        launch``, recorded there by its PID and stopped by ``stop``."""
+        node = self.net.get(host)
+        server = getattr(node, "server_key", None)
+        if server is None:
+            popen = node.popen(cmd, stdout=out, stderr=out, stdin=None, env=env)
+            self.record.add_process(popen.pid, what)
+            return popen
+        from .cluster import agent_environment
+        popen, pid, started = node.launch(cmd, log, agent_environment())
+        self.remote_procs.append((node, pid))
+        self.record.add_process(popen.pid, f"ssh to {what}")
+        self.record.add_remote_process(server, node.user, pid, started, what)
+        return popen
+
     def switch_program(self) -> dict:
         """What runs the switches (target, and for BMv2 which build)."""
         return self.net.switches[0].target.describe()
@@ -450,6 +524,9 @@ class Testbed:
             except Exception:  # the switch may already be gone
                 pass
         self.conns.clear()
+        for node, pid in self.remote_procs:  # agents that outlived their ssh session
+            node.kill_remote(pid)
+        self.remote_procs.clear()
         problem = None
         if self.net is not None:
             try:

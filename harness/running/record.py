@@ -72,6 +72,32 @@ class RunRecord:
         self.data.setdefault("switches", {})[name] = {
             "grpc_addr": grpc_addr, "device_id": device_id, "target": target}
 
+    def _server(self, server: str, user: str) -> dict:
+        """The record's part for a server of a cluster (``--cluster``)."""
+        servers = self.data.setdefault("servers", {})
+        return servers.setdefault(server, {"user": user, "processes": [], "interfaces": []})
+
+    def add_remote_process(self, server: str, user: str, pid: int, started: float | None,
+                           what: str):
+        """A process the run started on another server of its cluster."""
+        self._server(server, user)["processes"].append(
+            {"pid": pid, "what": what, "started": started})
+        self.save()
+
+    def add_remote_interface(self, server: str, user: str, name: str):
+        listed = self._server(server, user)["interfaces"]
+        if name not in listed:
+            listed.append(name)
+
+    def _on_servers(self, action: str) -> list[str]:
+        """``remove`` or ``leftovers`` of what the record lists on other servers."""
+        out = []
+        if self.data.get("servers"):
+            from .cluster import Server, remote_resources
+            for name, part in self.data["servers"].items():
+                out += remote_resources(Server(name, part.get("user", "root")), action, part)
+        return out
+
     def add_interface(self, name: str):
         if name not in self.data["interfaces"]:
             self.data["interfaces"].append(name)
@@ -138,7 +164,7 @@ class RunRecord:
                 done.append(f"deleted cgroup {path}")
             except OSError:
                 pass
-        return done
+        return done + self._on_servers("remove")
 
     def leftovers(self, wait: float = 2.0) -> list[str]:
         """What the record lists that still exists (after up to ``wait`` seconds for
@@ -152,7 +178,7 @@ class RunRecord:
             left += [f"nftables table {t['family']} {t['name']}" for t in self.nft_tables()
                      if table_exists(t["family"], t["name"])]
             if not left or time.monotonic() > deadline:
-                return left
+                return left + self._on_servers("leftovers")
             time.sleep(0.1)
 
     def close(self):

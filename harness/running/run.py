@@ -36,6 +36,7 @@ from .capture import CaptureError, CapturePlan
 from ..switches.jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
 from .mncli import RunCLI
+from .clustercheck import cluster_for
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
 from .runmeta import write_results
@@ -122,6 +123,10 @@ class Run:
         if shutil.which("mnexec") is None:
             raise ConfigError("mnexec not found: install Mininet (apt-get install mininet), "
                               "or run `qaina-bench doctor`")
+        self.cluster = cluster_for(cfg.network.cluster, cfg.network.target,
+                                   Path(cfg.output.results_dir), cfg.network.host_cpu,
+                                   {"--pcap": cfg.output.pcap, "--cli": cli,
+                                    "--train-script": cfg.training.train_script})
         self.netem = netem_available()
         if cfg.network.delay and not self.netem:
             raise ConfigError("--delay needs the kernel's netem qdisc, which this kernel "
@@ -226,7 +231,7 @@ class Run:
             self.echo(f"  every host limited to {net.host_cpu:g} cores of CPU time per second")
         self.testbed = Testbed(topo, net.target, self.writer.log_dir, self.record, nft_loss,
                                log_packets=cfg.output.switch_log, words=net.payload_words,
-                               host_cpu=net.host_cpu)
+                               host_cpu=net.host_cpu, cluster=self.cluster)
         with deferred_signals():
             self.testbed.start()
         self._start_capture()
@@ -337,10 +342,9 @@ class Run:
                 acfg.save(path)
                 argv, env, log = self._agent_command(job, w, name, path)
                 with deferred_signals(), open(log, "wb") as out:
-                    popen = self.testbed.host(host).popen(argv, stdout=out, stderr=out,
-                                                          stdin=None, env=env)
+                    popen = self.testbed.start_process(host, argv, out, log, env,
+                                                       f"agent {name} on {host}")
                     self.agents.append(AgentProcess(job.job_id, w.index, host, acfg, popen, log))
-                    self.record.add_process(popen.pid, f"agent {name} on {host}")
         # Start together once every agent has loaded its trace (a script: PyTorch too).
         wait = 60 if self.script is None else self.script.START_WAIT
         deadline = time.monotonic() + wait
@@ -429,11 +433,10 @@ class Run:
             name = f"{server.short}{job.job_id}"
             log = self.writer.log_dir / f"{name}.log"
             with deferred_signals(), open(log, "wb") as out:
-                popen = self.testbed.host(host).popen(
-                    [sys.executable, *server.argv(job.fmt.workers)],
-                    stdout=out, stderr=out, stdin=None, env=agent_env())
+                popen = self.testbed.start_process(
+                    host, [sys.executable, *server.argv(job.fmt.workers)], out, log,
+                    agent_env(), f"{server.label} {name} on {host}")
                 self.server_procs.append((name, popen, log))
-                self.record.add_process(popen.pid, f"{server.label} {name} on {host}")
 
     def _launch_fallbacks(self):
         ids = self.testbed.device_ids
@@ -447,11 +450,10 @@ class Run:
             path.write_text(json.dumps(asdict(fcfg)))
             log = self.writer.log_dir / f"{name}.log"
             with deferred_signals(), open(log, "wb") as out:
-                popen = self.testbed.host(host).popen(
-                    [sys.executable, "-m", "qaina_bench.hosts.fallback", str(path)],
-                    stdout=out, stderr=out, stdin=None, env=agent_env())
+                popen = self.testbed.start_process(
+                    host, [sys.executable, "-m", "qaina_bench.hosts.fallback", str(path)],
+                    out, log, agent_env(), f"fallback host {name} on {host}")
                 self.server_procs.append((name, popen, log))
-                self.record.add_process(popen.pid, f"fallback host {name} on {host}")
 
     def _processes(self) -> list[dict]:
         """Every process the run started for the jobs: name, component, the job it

@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# The cluster test: one leaf-spine run spread over three containers with
+# `qaina-bench up --cluster` (Mininet's cluster edition), checked for exact sums and for
+# nothing left in any container or on this machine.
+#
+# * a Docker daemon of its own (socket, data and exec roots under a temporary
+#   directory, as docker/smoke.sh; no default bridge, no iptables rules), stopped at
+#   the end with everything it made;
+# * the project's image (Dockerfile) plus sshd (docker/cluster.Dockerfile); an ssh key
+#   and the servers' host keys made for this run only;
+# * three containers qb-a, qb-b, qb-c on an INTERNAL Docker network (no route out of
+#   this machine), all with the same results directory mounted at /results (the
+#   cluster's shared file system); the run starts on qb-a with
+#   --cluster localhost,qb-b,qb-c: lf1 and its hosts on qb-a, lf2 and its hosts on
+#   qb-b, the spines on qb-c, the leaf-spine links ssh -w tunnels.
+# Run as root: make cluster-test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BASE=qaina-bench:cluster-base
+IMAGE=qaina-bench:cluster
+NET=qbcluster
+SUBNET=${QB_CLUSTER_SUBNET:-10.213.50.0/24}
+SERVERS=(qb-a qb-b qb-c)
+MIRROR=${DEBIAN_MIRROR:-$(sed -n 's/^URIs: *\([^ ]*\/debian\)\/*$/\1/p' \
+  /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)}
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+work=$(mktemp -d /tmp/qaina-cluster.XXXXXX)
+export DOCKER_HOST="unix://$work/docker.sock"
+daemon=
+
+say() { echo "cluster-test: $*"; }
+
+cleanup() {
+  if [ -n "$daemon" ] && kill -0 "$daemon" 2>/dev/null; then
+    docker rm -f "${SERVERS[@]}" >/dev/null 2>&1 || true
+    docker network rm "$NET" >/dev/null 2>&1 || true
+    kill "$daemon"
+    for _ in $(seq 100); do kill -0 "$daemon" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$daemon" 2>/dev/null || true
+  fi
+  grep -o " $work/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+[ "$(id -u)" -eq 0 ] || { echo "cluster-test: run as root (sudo make cluster-test)" >&2; exit 2; }
+missing=
+command -v dockerd >/dev/null || missing="$missing docker.io"
+command -v debootstrap >/dev/null || missing="$missing debootstrap"
+command -v ssh-keygen >/dev/null || missing="$missing openssh-client"
+if [ -n "$missing" ]; then
+  say "installing$missing"
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+    --no-install-recommends $missing
+fi
+
+say "starting a Docker daemon of its own ($work)"
+dockerd --host "$DOCKER_HOST" --data-root "$work/data" --exec-root "$work/exec" \
+  --pidfile "$work/dockerd.pid" --bridge=none --iptables=false --ip6tables=false \
+  --storage-driver=overlay2 >"$work/dockerd.log" 2>&1 &
+daemon=$!
+for _ in $(seq 150); do docker info >/dev/null 2>&1 && break; sleep 0.2; done
+docker info >/dev/null 2>&1 || { tail -n 20 "$work/dockerd.log" >&2; exit 1; }
+
+say "making the debian:bookworm base image from $MIRROR"
+root="$work/rootfs"
+debootstrap --variant=minbase --include=ca-certificates bookworm "$root" "$MIRROR" \
+  >"$work/debootstrap.log" 2>&1 || { tail -n 20 "$work/debootstrap.log" >&2; exit 1; }
+security=${MIRROR%/debian}/debian-security
+cat >"$root/etc/apt/sources.list" <<SOURCES
+deb $MIRROR bookworm main
+deb $MIRROR bookworm-updates main
+deb $security bookworm-security main
+SOURCES
+if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  chroot "$root" update-ca-certificates >/dev/null
+fi
+cp /etc/apt/apt.conf.d/99artifact-registry "$root/etc/apt/apt.conf.d/" 2>/dev/null || true
+tar -C "$root" -c . | docker import - debian:bookworm >/dev/null
+rm -rf "$root"
+
+say "building $BASE and $IMAGE"
+docker build --network host -t "$BASE" . >"$work/build.log" 2>&1 \
+  || { tail -n 30 "$work/build.log" >&2; exit 1; }
+docker build --network host -t "$IMAGE" -f docker/cluster.Dockerfile docker \
+  >>"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log" >&2; exit 1; }
+
+say "three servers on the internal network $NET ($SUBNET)"
+docker network create --internal --subnet "$SUBNET" "$NET" >/dev/null
+mkdir -p "$work/results" "$work/key"
+ssh-keygen -q -t ed25519 -N '' -C qaina-cluster-test -f "$work/key/id_ed25519"
+cat >"$work/key/config" <<'CONFIG'
+Host *
+  StrictHostKeyChecking no
+  UserKnownHostsFile /dev/null
+  LogLevel ERROR
+CONFIG
+for s in "${SERVERS[@]}"; do
+  docker run -d --name "$s" --hostname "$s" --network "$NET" \
+    --cap-add=NET_ADMIN --cap-add=SYS_ADMIN --device /dev/net/tun \
+    --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+    -v "$work/results:/results" "$IMAGE" >/dev/null
+  docker cp "$work/key/id_ed25519" "$s:/root/.ssh/id_ed25519"
+  docker cp "$work/key/id_ed25519.pub" "$s:/root/.ssh/authorized_keys"
+  docker cp "$work/key/config" "$s:/root/.ssh/config"
+  docker exec "$s" sh -c 'chown root:root /root/.ssh/* && chmod 600 /root/.ssh/*'
+done
+A=(docker exec -w /opt/qaina-bench qb-a)
+for _ in $(seq 50); do "${A[@]}" ssh -o BatchMode=yes qb-c true 2>/dev/null && break; sleep 0.2; done
+
+say "doctor --cluster"
+"${A[@]}" .venv/bin/qaina-bench doctor --cluster localhost,qb-b,qb-c | grep -E "qb-|localhost"
+
+say "a leaf-spine run, 2 jobs x 4 workers, over the three servers"
+flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
+  --topo leafspine --jobs 2 --workers 4 --iterations 2 --record-levels \
+  --results-dir /results --run-id cluster ${QB_CLUSTER_ARGS:-}
+
+say "checking: placement, exact sums, nothing left"
+"${A[@]}" .venv/bin/python - <<'CHECK'
+import json, sys
+from pathlib import Path
+sys.path.insert(0, "tests")
+from testbed_lab import check_exact_aggregates
+run = Path("/results/cluster")
+summary = json.loads((run / "summary.json").read_text())
+assert summary["complete"], summary["status"]
+check_exact_aggregates(run, summary)
+where = json.loads((run / "logs" / "placement.json").read_text())
+assert where["lf1"] == "localhost" and where["lf2"] == "qb-b", where
+assert where["sp1"] == where["sp2"] == "qb-c", where
+assert all(where[f"h{i}"] == ("localhost" if i % 2 else "qb-b") for i in range(1, 9)), where
+print(f"  exact sums: {len(summary['jobs'])} jobs x {summary['iterations']} iterations; "
+      f"placement {where}")
+CHECK
+# Nothing of a run left: no interface but lo and eth0, no Mininet shell, switch, agent
+# or tunnel, no run record, in any container; no tap device here.
+nothing_left() {
+  local left=0 s links procs records
+  for s in "${SERVERS[@]}"; do
+    links=$(docker exec "$s" ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 \
+      | grep -vxE 'lo|eth0' || true)
+    procs=$(docker exec "$s" ps -eo pid=,args= \
+      | grep -E 'mnexec|qaina_bench|qaina-bench|ssh .*-w|bash --norc' | grep -v grep || true)
+    records=$(docker exec "$s" sh -c 'ls /run/qaina-bench/*.json 2>/dev/null' || true)
+    if [ -n "$links$procs$records" ]; then
+      left=1; echo "  left on $s ($1): ${links//$'\n'/ } ${procs//$'\n'/; } $records" >&2
+    fi
+  done
+  ip -o link show tap9 >/dev/null 2>&1 && { echo "  left on this machine: tap9" >&2; left=1; }
+  [ "$left" -eq 0 ] || exit 1
+  echo "  nothing left ($1)"
+}
+nothing_left "after the run"
+
+say "kill -9 of a held run, then qaina-bench clean on qb-a"
+flock /tmp/qb-mininet.lock sh -c '
+  docker exec -d -w /opt/qaina-bench qb-a .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
+    --topo leafspine --jobs 1 --workers 2 --iterations 1 --results-dir /results --run-id held --hold
+  for _ in $(seq 600); do
+    docker exec qb-a grep -qs "held" /results/held/logs/agent-j1w1.log 2>/dev/null && break
+    docker exec qb-a sh -c "grep -qs \"switch sp1\" /run/qaina-bench/held.json" && \
+      docker exec qb-a sh -c "grep -qs \"agent j1w1\" /run/qaina-bench/held.json" && break
+    sleep 0.2
+  done
+  sleep 3
+  owner=$(docker exec qb-a .venv/bin/python -c "import json; print(json.load(open(\"/run/qaina-bench/held.json\"))[\"owner\"])")
+  docker exec qb-a kill -9 "$owner"
+  sleep 1
+  docker exec -w /opt/qaina-bench qb-a .venv/bin/qaina-bench clean'
+nothing_left "after kill -9 and clean"
+
+say "Ctrl-C (SIGINT) to a held run on qb-a"
+flock /tmp/qb-mininet.lock sh -c '
+  docker exec -d -w /opt/qaina-bench qb-a .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
+    --topo leafspine --jobs 1 --workers 2 --iterations 1 --results-dir /results --run-id ctrlc --hold
+  for _ in $(seq 600); do
+    docker exec qb-a grep -qs "network stays up" /results/ctrlc/logs/mininet.log 2>/dev/null && break
+    docker exec qb-a sh -c "grep -qs \"agent j1w1\" /run/qaina-bench/ctrlc.json" && break
+    sleep 0.2
+  done
+  sleep 3
+  owner=$(docker exec qb-a .venv/bin/python -c "import json; print(json.load(open(\"/run/qaina-bench/ctrlc.json\"))[\"owner\"])")
+  docker exec qb-a kill -INT "$owner"
+  for _ in $(seq 300); do docker exec qb-a kill -0 "$owner" 2>/dev/null || break; sleep 0.2; done
+  docker exec qb-a test -f /results/ctrlc/summary.json'
+nothing_left "after Ctrl-C"
+
+if [ -n "${QB_CLUSTER_SCALE:-}" ]; then  # e.g. QB_CLUSTER_SCALE="4 8 16 32"
+  say "bench scale over the three servers: workers $QB_CLUSTER_SCALE"
+  flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench bench scale \
+    $(printf -- '--workers %s ' $QB_CLUSTER_SCALE) --cluster localhost,qb-b,qb-c \
+    --results-dir /results/scale
+fi
+say "doctor and up against a server without the project and a stopped one"
+docker exec qb-c mv /opt/qaina-bench/.venv /opt/qaina-bench/.venv-off
+docker stop -t 1 qb-b >/dev/null
+out=$("${A[@]}" .venv/bin/qaina-bench doctor --cluster localhost,qb-b,qb-c || true)
+echo "$out" | grep -E "^NO .*qb-[bc]"
+echo "$out" | grep -q "^NO  qb-b: ssh: not reachable by ssh as root" || exit 1
+echo "$out" | grep -q "^NO  qb-c: qaina-bench .*no qaina-bench at" || exit 1
+out=$("${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-c --results-dir /results 2>&1 \
+  && exit 1 || true)
+echo "  up: $out"
+[ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "no qaina-bench at" || exit 1
+say "passed"

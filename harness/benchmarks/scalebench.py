@@ -1,0 +1,76 @@
+"""``qaina-bench bench scale``: how a run grows with its workers, on this machine and on
+a cluster (``--cluster``): one leaf-spine job at each size, and for each the bring-up
+time (invoked to network up and programmed), the job's completion time, the CPU
+seconds per million aggregated elements (every switch, agent and the harness) and the
+fidelity verdict (network-bound, or cpu-bound: the timings measure the machine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import RunConfig
+from ..running.run import Run
+
+#: the digits MLP's gradients of 32 workers (the bundled set has 8), recorded once
+TRACE = "digits-mlp-32w"
+RECIPE = dict(model="mlp", workers=32, iterations=2)
+COLUMNS = ("where", "workers", "bring-up s", "job s", "CPU s/Melem", "verdict")
+
+
+def scale_config(workers: int, cluster: str | None, iterations: int, bw: float | None,
+                 results_dir: Path, trace: Path) -> RunConfig:
+    """One job of ``workers`` workers on a leaf-spine with a leaf per 4 workers (at
+    least 2), so a cluster's leaves each take their share of the hosts."""
+    leaves = max(2, workers // 4)
+    return RunConfig.flat(topo=f"leafspine,leaves={leaves}", jobs=1, workers=workers,
+                          trace=str(trace),
+                          iterations=iterations, bw=bw, cluster=cluster,
+                          results_dir=str(results_dir), timeout=600.0)
+
+
+def measure(cfg: RunConfig) -> dict:
+    """Run ``cfg``; the row of the table."""
+    run = Run(cfg, echo=lambda *a, **k: None)
+    summary = run.execute()
+    ev = summary["events"]
+    cost = summary.get("cpu_cost") or {}
+    total = sum(c.get("total_s", 0) for c in cost.get("components", {}).values())
+    elements = cost.get("elements_aggregated") or 0
+    job = summary["jobs"][0]
+    return {"where": cfg.network.cluster or "this machine",
+            "workers": cfg.workload.workers,
+            "bring-up s": round(ev.get("programmed", ev["invoked"]) - ev["invoked"], 2),
+            "job s": round(job.get("job_completion_s") or float("nan"), 2),
+            "CPU s/Melem": round(total / elements * 1e6, 1) if elements else None,
+            "verdict": (summary.get("fidelity") or {}).get("verdict", "-")
+            if summary["complete"] else summary["status"]}
+
+
+def scale_trace(results_dir: Path, echo=print) -> Path:
+    """The 32-worker trace set, under the results directory (which every server of a
+    cluster sees at the same path), recorded there once."""
+    from ...hosts.recorder import record
+    from ...hosts.traces import TraceError, find_trace
+    path = results_dir / "traces" / TRACE
+    try:
+        return find_trace(str(path))
+    except TraceError:
+        echo(f"recording trace set {TRACE} (32 workers) into {path.parent}, once")
+        record(TRACE, out_dir=path.parent, **RECIPE)
+        return path
+
+
+def scale(sizes, clusters, iterations: int = 2, bw: float | None = None,
+          results_dir: Path = Path("results/scale"), echo=print) -> list[dict]:
+    """Every size on every cluster (None: this machine), printed as a table; the runs'
+    results stay in ``results_dir``."""
+    results_dir = Path(results_dir).resolve()
+    trace = scale_trace(results_dir, echo)
+    echo("  ".join(f"{c:>12}" for c in COLUMNS))
+    rows = []
+    for cluster in clusters:
+        for n in sizes:
+            row = measure(scale_config(n, cluster, iterations, bw, results_dir, trace))
+            rows.append(row)
+            echo("  ".join(f"{str(row[c]):>12}" for c in COLUMNS))
+    return rows

@@ -1,0 +1,277 @@
+"""One testbed network over several servers, with Mininet's cluster edition.
+
+``--cluster SERVERS`` gives the servers: a comma list (``localhost,node2,node3``) or a
+YAML file::
+
+    user: root              # who ssh logs in as (default: root)
+    servers: [localhost, node2, node3]
+    pin: {sp1: node3}       # nodes placed by hand
+
+The nodes are Mininet's cluster-edition nodes (``RemoteMixin``: a remote node's shell
+is an ssh session to its server); links between servers are ``RemoteLink``'s ``ssh -w``
+tunnels (layer 2 over ssh: the servers' sshd needs ``PermitTunnel yes``; no GRE, which
+this project's kernels may lack). ``LeafPlacer`` keeps each switch that has hosts with
+its hosts, so that only switch-to-switch links cross servers, and puts the switches
+without hosts (spines) on the last server. Every server runs the project from the
+same path (``sys.executable``) and sees the results directory at the same path (a
+shared file system): a remote switch or agent is started there by
+``python -m qaina_bench.harness.running.remote launch``, which reports its PID for the
+run record.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from mininet.examples.cluster import Placer, RemoteLink, RemoteMixin
+from mininet.link import TCIntf
+from mininet.node import Host, Node
+
+from ...settings import ConfigError
+
+LOCAL_NAMES = ("localhost", "127.0.0.1")
+SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+
+
+@dataclass(frozen=True)
+class Server:
+    """A machine of the cluster, reached by ssh as ``user``."""
+
+    name: str
+    user: str = "root"
+
+    @property
+    def local(self) -> bool:
+        return self.name in LOCAL_NAMES
+
+    def ssh(self, *cmd: str) -> list[str]:
+        """The command line that runs ``cmd`` on this server (as is when local)."""
+        if self.local:
+            return list(cmd)
+        return SSH + [f"{self.user}@{self.name}", " ".join(_quote(c) for c in cmd)]
+
+
+def _quote(text: str) -> str:
+    return shlex.quote(str(text))
+
+
+@dataclass
+class Cluster:
+    """The servers of a run, in order, and the nodes pinned to one of them."""
+
+    servers: list[Server]
+    pins: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> "Cluster":
+        """From ``--cluster``: a YAML file's path, or a comma list of servers."""
+        if Path(text).is_file():
+            try:
+                data = yaml.safe_load(Path(text).read_text()) or {}
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"--cluster {text}: not YAML ({exc.__class__.__name__})")
+            if not isinstance(data, dict) or not isinstance(data.get("servers"), list):
+                raise ConfigError(f"--cluster {text}: needs a list `servers:` of host names")
+            user = str(data.get("user", "root"))
+            servers = [Server(str(s), user) for s in data["servers"]]
+            pins = {str(k): str(v) for k, v in (data.get("pin") or {}).items()}
+        elif text.endswith((".yaml", ".yml")):
+            raise ConfigError(f"--cluster {text}: no such file")
+        else:
+            servers = [Server(s.strip()) for s in text.split(",") if s.strip()]
+            pins = {}
+        if not servers:
+            raise ConfigError("--cluster: no servers given (e.g. --cluster localhost,node2)")
+        names = [s.name for s in servers]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"--cluster: a server is listed twice ({', '.join(names)})")
+        for node, server in pins.items():
+            if server not in names:
+                raise ConfigError(f"--cluster: {node} is pinned to {server}, which is not "
+                                  f"one of the servers ({', '.join(names)})")
+        return cls(servers, pins)
+
+    def names(self) -> list[str]:
+        return [s.name for s in self.servers]
+
+    def server(self, name: str) -> Server:
+        return next(s for s in self.servers if s.name == name)
+
+    @property
+    def remote(self) -> list[Server]:
+        return [s for s in self.servers if not s.local]
+
+
+def place(cluster: Cluster, switches: list[str], hosts: list[str],
+          links: list[tuple[str, str]]) -> dict[str, str]:
+    """Node -> server. Switches with hosts (leaves) go round the servers (all but the
+    last when there are more servers than one and switches without hosts); each host
+    goes with its switch; switches without hosts (spines) go to the last server.
+    Pinned nodes stay where they are pinned (a host pinned alone crosses servers)."""
+    names = cluster.names()
+    switch_of = {}
+    for a, b in links:
+        if a in hosts and b in switches:
+            switch_of[a] = b
+        elif b in hosts and a in switches:
+            switch_of[b] = a
+    edge = [s for s in switches if s in switch_of.values()]
+    core = [s for s in switches if s not in edge]
+    edge_servers = names[:-1] if len(names) > 1 and core else names
+    out = dict(cluster.pins)
+    free = [s for s in edge if s not in out]
+    for k, sw in enumerate(free):
+        out[sw] = edge_servers[k % len(edge_servers)]
+    for sw in core:
+        out.setdefault(sw, names[-1])
+    for h in hosts:
+        out.setdefault(h, out[switch_of[h]] if h in switch_of else names[0])
+    return out
+
+
+class LeafPlacer(Placer):
+    """Mininet's placer interface over ``place``; ``cluster`` is set by the testbed."""
+
+    cluster: Cluster | None = None
+
+    def __init__(self, *args, **kwargs):
+        Placer.__init__(self, *args, **kwargs)
+        self.placement = place(self.cluster, list(self.switches), list(self.hosts),
+                               list(self.links))
+
+    def place(self, node):
+        return self.placement[node]
+
+
+class ClusterNode(RemoteMixin):
+    """Mininet's ``RemoteMixin`` for this project: no ``sudo`` when ssh logs in as
+    root (a root run on root servers needs none, and minimal servers lack it)."""
+
+    def _popen(self, cmd, sudo=True, tt=True, **params):
+        """``RemoteMixin._popen`` without its Python ``preexec_fn`` (a fork of a process
+        with gRPC threads must not run Python: a new session instead), and without
+        ``sudo`` when ssh logs in as root (root servers need none, minimal ones lack it)."""
+        if isinstance(cmd, str):
+            cmd = cmd.split()
+        if self.isRemote:
+            ssh = list(self.sshcmd)
+            if ssh[:1] == ["sudo"]:
+                ssh = ssh[4:]  # "sudo -E -u USER": ssh as ourselves
+            if not tt:
+                ssh.remove("-tt")
+            if sudo and self.user != "root":
+                cmd = ["sudo", "-E"] + cmd
+            cmd = ssh + cmd
+            params.setdefault("start_new_session", True)
+        return Node._popen(self, cmd, **params)
+
+    def rcmd(self, *cmd, **opts) -> str:
+        """A command on this node's server, outside its namespace; its output as text."""
+        popen = self.rpopen(*cmd, **opts)
+        out, _ = popen.communicate()
+        return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+
+    @property
+    def server_key(self) -> str | None:
+        """The server this node runs on, None when it is this machine."""
+        return self.server if self.isRemote else None
+
+    def launch(self, cmd: list[str], log: Path, env: dict | None = None):
+        """Start ``cmd`` in this node's namespace on its server, its output to ``log``
+        (on the shared file system); returns (the local ssh process, remote PID, its
+        start time)."""
+        env_words = [f"{k}={v}" for k, v in (env or {}).items()]
+        wrapped = [sys.executable, "-m", "qaina_bench.harness.running.remote", "launch",
+                   "--log", str(log), "--"] + (["env"] + env_words if env_words else []) + cmd
+        # mnexec without -d: over ssh the command leads its process group, and
+        # ``mnexec -d`` would fork and return at once
+        popen = self.popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, mncmd=["mnexec", "-a", str(self.pid)])
+        line = popen.stdout.readline().decode(errors="replace").strip()
+        try:
+            info = json.loads(line)
+            return popen, int(info["pid"]), float(info["started"])
+        except (ValueError, KeyError, TypeError):
+            popen.kill()
+            raise RuntimeError(f"starting {cmd[0]} on {self.server} ({self.name}) failed: "
+                               f"{line or popen.stdout.read().decode(errors='replace')[-300:]}")
+
+    def kill_remote(self, pid: int):
+        """Stop remote process ``pid`` (TERM, then KILL after 3 s) on this node's server."""
+        self.rcmd(f"kill {pid} 2>/dev/null; for i in $(seq 30); do kill -0 {pid} "
+                  f"2>/dev/null || exit 0; sleep 0.1; done; kill -9 {pid} 2>/dev/null; true")
+
+
+class ClusterHost(ClusterNode, Host):
+    """A Mininet host on a server of the cluster."""
+
+
+class ClusterError(OSError):
+    """A server of the cluster did not do what the network needs (one line)."""
+
+
+class RemoteTCLink(RemoteLink):
+    """``RemoteLink`` with ``TCLink``'s shaped interfaces (--bw, --delay, --loss), and
+    its ssh tunnel made as Mininet's cluster edition makes it (a tap device on each
+    server, ``ssh -o Tunnel=Ethernet -w 9:9``, moved and renamed), with ssh's output
+    read as text (the PyPI release compares bytes with str there)."""
+
+    def __init__(self, node1, node2, **kwargs):
+        kwargs.setdefault("cls1", TCIntf)
+        kwargs.setdefault("cls2", TCIntf)
+        RemoteLink.__init__(self, node1, node2, **kwargs)
+
+    def makeTunnel(self, node1, node2, intfname1, intfname2, addr1=None, addr2=None):
+        if node2.server == "localhost":  # ssh goes from here to the other server
+            return self.makeTunnel(node2, node1, intfname2, intfname1, addr2, addr1)
+        for node in (node1, node2):
+            out = node.rcmd(f"ip tuntap add dev tap9 mode tap user {node.user}")
+            if out.strip():
+                raise ClusterError(f"{node.server}: cannot make a tap device for "
+                                   f"{intfname1}: {out.strip()[-200:]}")
+        cmd = ["ssh", "-n", "-o", "BatchMode=yes", "-o", "Tunnel=Ethernet", "-w", "9:9",
+               f"{node2.user}@{node2.serverIP}", "echo @"]
+        self.cmd = cmd
+        tunnel = node1.rpopen(cmd, sudo=False)
+        first = tunnel.stdout.read(1).decode(errors="replace")
+        if first != "@":
+            rest = tunnel.stdout.read().decode(errors="replace")
+            raise ClusterError(f"ssh tunnel {node1.server} to {node2.server} for "
+                               f"{intfname1}-{intfname2} failed (PermitTunnel yes on "
+                               f"{node2.server}?): {(first + rest).strip()[-200:]}")
+        for node, name, addr in ((node1, intfname1, addr1), (node2, intfname2, addr2)):
+            self.moveIntf("tap9", node)
+            out = node.cmd("ip link set tap9 name", name, *(["address", addr] if addr else []))
+            if out.strip():
+                raise ClusterError(f"{node.server}: renaming tap9 to {name}: {out.strip()}")
+        return tunnel
+
+
+def run_remote(server: Server, args: list[str], stdin: str = "",
+               timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -m qaina_bench.harness.running.remote ARGS`` on ``server``."""
+    cmd = server.ssh(sys.executable, "-m", "qaina_bench.harness.running.remote", *args)
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+def remote_resources(server: Server, action: str, entry: dict) -> list[str]:
+    """Run a run record's ``action`` ("remove" or "leftovers") on ``server`` for what it
+    lists there; returns its lines (or one saying the server did not answer)."""
+    try:
+        res = run_remote(server, [action], json.dumps(entry))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [f"{server.name}: not reached ({exc})"]
+    if res.returncode != 0:
+        return [f"{server.name}: not reached ({(res.stderr or res.stdout).strip()[-200:]})"]
+    return [f"{server.name}: {line}" for line in res.stdout.splitlines() if line.strip()]
+
+
+def agent_environment() -> dict:
+    """What ``agent_env`` adds, given to a remote agent on its command line."""
+    return {var: "1" for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}

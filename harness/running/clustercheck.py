@@ -1,0 +1,107 @@
+"""Whether the servers of ``--cluster`` can take a run: ``qaina-bench doctor --cluster``
+and ``up --cluster`` ask every server, in one ssh session each, whether it is reached
+by ssh without a password, as root, with Mininet, a tun device and an sshd that allows
+tunnels, and the project (the same version, at the same path as here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from importlib.metadata import version
+from pathlib import Path
+
+from ...settings import ConfigError
+from .cluster import Cluster, Server
+
+PROBE = ("echo uid=$(id -u); echo mnexec=$(command -v mnexec); "
+         "echo tun=$(test -c /dev/net/tun && echo yes); "
+         "echo tunnel=$(sshd -T 2>/dev/null | sed -n 's/^permittunnel //p'); "
+         "echo version=$({python} -m qaina_bench.harness.running.remote version 2>/dev/null)")
+
+
+def probe(server: Server, timeout: float = 20) -> dict | str:
+    """What ``server`` says about itself, or why it did not answer (one line)."""
+    try:
+        res = subprocess.run(server.ssh("sh", "-c", PROBE.format(python=sys.executable)),
+                             capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"no answer by ssh within {timeout:.0f} s"
+    except OSError as exc:
+        return f"ssh cannot run here ({exc.strerror})"
+    if res.returncode == 255 or "uid=" not in res.stdout:
+        why = (res.stderr.strip().splitlines() or ["ssh failed"])[-1]
+        return f"not reachable by ssh as {server.user} ({why})"
+    return dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+
+
+def check_server(server: Server, target: str = "embedded") -> list[tuple[str, bool, str]]:
+    """(what, ok, how to fix) for each requirement ``server`` must meet."""
+    where = f"{server.name}:"
+    if server.local:
+        return [(f"{where} this machine", True, "")]
+    facts = probe(server)
+    if isinstance(facts, str):
+        return [(f"{where} ssh", False, f"{facts}; set up key login (README \"Running on a "
+                 "cluster\")")]
+    ours = version("qaina-bench")
+    out = [(f"{where} ssh as {server.user}", True, ""),
+           (f"{where} root", facts.get("uid") == "0",
+            f"ssh logs in as uid {facts.get('uid')}: log in as root (user: root)"),
+           (f"{where} Mininet", bool(facts.get("mnexec")),
+            "mnexec not found: apt-get install mininet there"),
+           (f"{where} /dev/net/tun", facts.get("tun") == "yes",
+            "no /dev/net/tun: the ssh tunnels between servers need it"),
+           (f"{where} sshd PermitTunnel", facts.get("tunnel") in ("yes", "ethernet"),
+            f"sshd has PermitTunnel {facts.get('tunnel') or 'unknown'}: set "
+            "`PermitTunnel yes` in its sshd_config (links between servers are ssh -w tunnels)"),
+           (f"{where} qaina-bench {ours} at {sys.executable}", facts.get("version") == ours,
+            (f"it has qaina-bench {facts['version']}: install the same version"
+             if facts.get("version") else
+             f"no qaina-bench at {sys.executable}: install the project at the same path"))]
+    if target == "bmv2":
+        out.append((f"{where} BMv2", False, "switches on other servers run the embedded "
+                    "target only: place every switch here (pin) or use --target embedded"))
+    return out
+
+
+def shared_directory(server: Server, directory: Path) -> bool:
+    """Whether ``server`` sees ``directory`` as this machine does (a file made here is
+    there)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    probe_file = directory / f".cluster-probe-{uuid.uuid4().hex[:8]}"
+    probe_file.write_text("")
+    try:
+        res = subprocess.run(server.ssh("test", "-f", str(probe_file)), capture_output=True,
+                             timeout=20)
+        return res.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        probe_file.unlink(missing_ok=True)
+
+
+def cluster_for(text: str | None, target: str, results_dir: Path,
+                host_cpu: float | None = None, local_only: dict | None = None
+                ) -> Cluster | None:
+    """The run's cluster, every server checked; ConfigError with the first problem.
+    ``local_only``: options given (flag -> value) that work on this machine only."""
+    if not text:
+        return None
+    cluster = Cluster.parse(text)
+    if cluster.remote and host_cpu:
+        raise ConfigError("--host-cpu with --cluster is not supported on other servers: "
+                          "run without --host-cpu")
+    given = [flag for flag, value in (local_only or {}).items() if value]
+    if cluster.remote and given:
+        raise ConfigError(f"{given[0]} with --cluster is not supported on other servers: "
+                          f"run without {given[0]}, or with --cluster localhost")
+    for server in cluster.remote:
+        for what, ok, fix in check_server(server, target):
+            if not ok:
+                raise ConfigError(f"--cluster: {server.name}: {fix}")
+        if not shared_directory(server, Path(results_dir).resolve()):
+            raise ConfigError(f"--cluster: {server.name} does not see {results_dir} as "
+                              "this machine does: share the results directory at the same "
+                              "path on every server (e.g. NFS)")
+    return cluster

@@ -1,0 +1,154 @@
+"""``--cluster``: the servers' list and YAML file, the placement (each leaf with its
+hosts, spines on the last server, pins), ``doctor --cluster``'s one-line answers about
+a server that cannot take a run, and a run on a cluster of one (``localhost``) as root:
+exact sums, and nothing left, as a plain run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from qaina_bench.harness.cli import main
+from qaina_bench.harness.running.cluster import Cluster, Server, place
+from qaina_bench.harness.running.run import build_topology
+from qaina_bench.harness.config import RunConfig
+from qaina_bench.settings import ConfigError
+from testbed_lab import check_exact_aggregates, execute
+
+
+def test_a_comma_list_and_a_yaml_file_give_the_servers(tmp_path):
+    assert Cluster.parse("localhost, n2,n3").names() == ["localhost", "n2", "n3"]
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("user: admin\nservers: [localhost, n2]\npin: {sp1: n2}\n")
+    cluster = Cluster.parse(str(spec))
+    assert cluster.servers == [Server("localhost", "admin"), Server("n2", "admin")]
+    assert cluster.pins == {"sp1": "n2"}
+    assert Server("n2", "admin").ssh("true")[-2:] == ["admin@n2", "true"]
+    assert Server("localhost").ssh("true") == ["true"]
+
+
+@pytest.mark.parametrize("text, says", [(",", "no servers"), ("a,b,a", "listed twice"),
+                                        ("nowhere.yaml", "no such file")])
+def test_a_bad_server_list_is_one_clear_error(text, says):
+    with pytest.raises(ConfigError, match=says):
+        Cluster.parse(text)
+
+
+def test_a_pin_to_an_unknown_server_is_refused(tmp_path):
+    spec = tmp_path / "c.yaml"
+    spec.write_text("servers: [a, b]\npin: {sp1: c}\n")
+    with pytest.raises(ConfigError, match="sp1 is pinned to c"):
+        Cluster.parse(str(spec))
+
+
+def placement(servers: str, **kw):
+    topo = build_topology(RunConfig.flat(topo="leafspine", jobs=2, workers=4, **kw))
+    return place(Cluster.parse(servers), topo.switches(), topo.hosts(), topo.links())
+
+
+def test_each_leaf_goes_with_its_hosts_and_the_spines_go_to_the_last_server():
+    where = placement("a,b,c")
+    assert where["lf1"] == "a" and where["lf2"] == "b"
+    assert where["sp1"] == where["sp2"] == "c"
+    for h in (f"h{i}" for i in range(1, 9)):  # h1 on lf1, h2 on lf2, ...
+        assert where[h] == ("a" if int(h[1:]) % 2 else "b")
+
+
+def test_on_one_server_everything_is_there_and_pins_win(tmp_path):
+    assert set(placement("localhost").values()) == {"localhost"}
+    spec = tmp_path / "c.yaml"
+    spec.write_text("servers: [a, b, c]\npin: {lf2: a, sp2: b}\n")
+    where = placement(str(spec))
+    assert where["lf2"] == "a" and where["h2"] == "a" and where["sp2"] == "b"
+    assert where["sp1"] == "c"
+
+
+@pytest.fixture
+def dead_address():
+    """An address of a namespace this test makes, where nothing listens (no ssh)."""
+    ns = f"qbcl{__import__('os').getpid() % 10000}"
+    cmds = [f"ip netns add {ns}",
+            f"ip link add {ns}a type veth peer name {ns}b",
+            f"ip link set {ns}b netns {ns}",
+            f"ip addr add 10.213.7.1/30 dev {ns}a", f"ip link set {ns}a up",
+            f"ip -n {ns} addr add 10.213.7.2/30 dev {ns}b", f"ip -n {ns} link set {ns}b up",
+            f"ip -n {ns} link set lo up"]
+    try:
+        for c in cmds:
+            subprocess.run(c.split(), check=True, capture_output=True)
+        yield "10.213.7.2"
+    finally:
+        subprocess.run(["ip", "link", "del", f"{ns}a"], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.mark.root
+def test_doctor_says_in_one_line_that_a_server_is_not_reachable(dead_address):
+    res = CliRunner().invoke(main, ["doctor", "--cluster", f"localhost,{dead_address}"])
+    assert res.exit_code == 1
+    bad = [line for line in res.output.splitlines()
+           if line.startswith("NO ") and dead_address in line]
+    assert len(bad) == 1 and "not reachable by ssh as root" in bad[0], res.output
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.root
+def test_up_refuses_an_unreachable_server_in_one_line(dead_address, tmp_path):
+    res = CliRunner().invoke(main, ["up", "--cluster", f"localhost,{dead_address}",
+                                    "--results-dir", str(tmp_path)])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and f"--cluster: {dead_address}: not reachable by ssh as root" in lines[0]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("option", [["--pcap", "h1"], ["--cli"],
+                                    ["--train-script", __file__]])
+def test_options_of_this_machine_only_are_refused_with_other_servers(dead_address, tmp_path,
+                                                                     option):
+    res = CliRunner().invoke(main, ["up", "--cluster", f"localhost,{dead_address}",
+                                    "--results-dir", str(tmp_path)] + option)
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and f"{option[0]} with --cluster is not supported" in lines[0], \
+        res.output
+
+
+@pytest.mark.root
+@pytest.mark.skipif(shutil.which("mnexec") is None, reason="mnexec missing")
+def test_a_cluster_of_one_runs_as_a_plain_run(tmp_path, record_dir):
+    summary, directory = execute(tmp_path, topo="leafspine", jobs=2, workers=2, bits=[4],
+                                 iterations=2, cluster="localhost")
+    assert summary["complete"]
+    check_exact_aggregates(directory, summary)
+    where = json.loads((directory / "logs" / "placement.json").read_text())
+    assert set(where.values()) == {"localhost"} and len(where) == 8
+    assert not list(record_dir.glob("*.json"))  # torn down: the record is gone
+    left = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    assert not [n for n in ("lf1-eth1", "sp1-eth1") if f" {n}@" in left or f" {n}:" in left]
+
+
+def test_a_records_part_on_a_server_is_removed_there_by_the_remote_helper(tmp_path):
+    """What a record lists under a server goes through ``python -m ...remote remove``
+    there (here the server is this machine, reached without ssh): its process is
+    stopped, ``leftovers`` lists it before and not after."""
+    import subprocess as sp
+    from qaina_bench.harness.running.record import RunRecord, _start_time
+    proc = sp.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        rec = RunRecord("cluster-part", tmp_path)
+        rec.add_remote_process("localhost", "root", proc.pid, _start_time(proc.pid),
+                               "agent j1w0 on h3")
+        assert any("localhost: process agent j1w0 on h3" in x
+                   for x in rec.leftovers(wait=0))
+        done = rec.remove_resources()
+        assert f"localhost: stopped agent j1w0 on h3 (pid {proc.pid})" in done
+        proc.wait(5)
+        assert rec.leftovers(wait=0) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
