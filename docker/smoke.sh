@@ -19,63 +19,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 IMAGE=qaina-bench:smoke
-MIRROR=${DEBIAN_MIRROR:-$(sed -n 's/^URIs: *\([^ ]*\/debian\)\/*$/\1/p' \
-  /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)}
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
-work=$(mktemp -d /tmp/qaina-docker.XXXXXX)
-export DOCKER_HOST="unix://$work/docker.sock"
-daemon=
+NAME=docker-test WORK_PREFIX=qaina-docker
+. docker/daemon.sh
+trap daemon_stop EXIT
 
-say() { echo "docker-test: $*"; }
-
-cleanup() {
-  if [ -n "$daemon" ] && kill -0 "$daemon" 2>/dev/null; then
-    kill "$daemon"
-    for _ in $(seq 100); do kill -0 "$daemon" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$daemon" 2>/dev/null || true
-  fi
-  # Whatever the daemon mounted under its roots goes before the roots do.
-  grep -o " $work/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-[ "$(id -u)" -eq 0 ] || { echo "docker-test: run as root (sudo make docker-test)" >&2; exit 2; }
-missing=
-command -v dockerd >/dev/null || missing="$missing docker.io"
-command -v debootstrap >/dev/null || missing="$missing debootstrap"
-if [ -n "$missing" ]; then
-  say "installing$missing"
-  apt-get -o DPkg::Lock::Timeout=600 update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-    --no-install-recommends $missing
-fi
-
-say "starting a Docker daemon of its own ($work)"
-dockerd --host "$DOCKER_HOST" --data-root "$work/data" --exec-root "$work/exec" \
-  --pidfile "$work/dockerd.pid" --bridge=none --iptables=false --ip6tables=false \
-  --storage-driver=overlay2 >"$work/dockerd.log" 2>&1 &
-daemon=$!
-for _ in $(seq 150); do docker info >/dev/null 2>&1 && break; sleep 0.2; done
-docker info >/dev/null 2>&1 || { tail -n 20 "$work/dockerd.log" >&2; exit 1; }
-
-say "making the debian:bookworm base image from $MIRROR"
-root="$work/rootfs"
-debootstrap --variant=minbase --include=ca-certificates bookworm "$root" "$MIRROR" \
-  >"$work/debootstrap.log" 2>&1 || { tail -n 20 "$work/debootstrap.log" >&2; exit 1; }
-security=${MIRROR%/debian}/debian-security
-cat >"$root/etc/apt/sources.list" <<SOURCES
-deb $MIRROR bookworm main
-deb $MIRROR bookworm-updates main
-deb $security bookworm-security main
-SOURCES
-if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
-  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
-  chroot "$root" update-ca-certificates >/dev/null
-fi
-cp /etc/apt/apt.conf.d/99artifact-registry "$root/etc/apt/apt.conf.d/" 2>/dev/null || true
-tar -C "$root" -c . | docker import - debian:bookworm >/dev/null
-rm -rf "$root"
+need_root_and
+daemon_start
+base_image
 
 say "building $IMAGE"
 docker build --network host -t "$IMAGE" . >"$work/build.log" 2>&1 \
