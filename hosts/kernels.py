@@ -118,16 +118,22 @@ def relative_error(value, exact):
 
 def warm():
     """Compile the kernels (or load them from the disk cache) for the formats a run
-    uses, so that no agent compiles inside its timed loop."""
+    uses, so that no agent compiles inside its timed loop: payloads both as rows of
+    their own (C layout) and as the payload field of whole datagrams (strided, the
+    agents' send buffers)."""
+    from ..p4.header import QAINA_DTYPE
+    in_datagrams = np.zeros(2, dtype=QAINA_DTYPE)["words"].view(np.uint32)
     for dtype in (np.float32, np.float64):
         values = np.zeros(8, dtype=np.float32)
         gains = np.ones(2, dtype=dtype)
         noise = np.zeros(8, dtype=dtype)
-        out = np.zeros((2, 4), dtype=np.uint32)
         levels = np.zeros(8, dtype=np.int32)
         centre, top = dtype(1.0), dtype(2.0)
-        quantize_pack(values, gains, noise, centre, top, 4, 1, 3, 1, out, levels)
-        quantize_pack(values, gains, noise[:0], centre, top, 4, 1, 3, 1, out, levels[:0])
+        for out in (np.zeros((2, 4), dtype=np.uint32), in_datagrams):
+            quantize_pack(values, gains, noise, centre, top, 4, 1, 3, 1, out, levels)
+            quantize_pack(values, gains, noise[:0], centre, top, 4, 1, 3, 1, out,
+                          levels[:0])
+        out = np.zeros((2, 4), dtype=np.uint32)
         relative_error(values, values)
         for sums in (np.zeros(8, np.int64), np.zeros(0, np.int64)):
             unpack_scale(out, 8, 1, 3, 1, 0, gains, 4, np.zeros(8, np.float32), sums,

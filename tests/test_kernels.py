@@ -87,3 +87,40 @@ def test_relative_error_is_the_norm_of_the_difference():
     assert relative_error(exact, exact) == 0.0
     zero = np.zeros(4, dtype=np.float32)
     assert relative_error(zero + 1, zero) == pytest.approx(2 / 1e-30)
+
+
+WARM_CHECK = """
+import numpy as np
+from qaina_bench.hosts import kernels
+from qaina_bench.hosts.lanes import LaneFormat
+from qaina_bench.hosts.quantize import Quantizer, scale_rule
+from qaina_bench.p4.header import wire
+kernels.warm()
+warmed = [len(k.signatures) for k in (kernels.quantize_pack, kernels.unpack_scale)]
+for bits, stochastic in ((4, True), (4, False), (32, True)):
+    fmt = LaneFormat(bits, 8)
+    chunk = 256 * fmt.lanes
+    d = np.zeros(3, dtype=wire(256).dtype)
+    grad = np.linspace(-1, 1, 3 * chunk - 5, dtype=np.float32)
+    codes = scale_rule("maxpow2", chunk).codes(grad, chunk)
+    q = Quantizer(fmt, np.random.default_rng(1), stochastic)
+    q.quantize_into(grad, codes, chunk, d["words"][1:])
+    q.quantize_into(grad, codes, chunk, d["words"], np.zeros(len(grad), np.int32))
+    q.dequantize_words(np.array(d["words"]), codes, len(grad), chunk)
+    q.dequantize_words(np.array(d["words"]), codes, len(grad), chunk,
+                       np.zeros(len(grad), np.int64))
+after = [len(k.signatures) for k in (kernels.quantize_pack, kernels.unpack_scale)]
+print(warmed, after)
+assert after == warmed, (warmed, after)
+"""
+
+
+def test_warm_covers_what_an_agent_calls():
+    """After ``warm()`` an agent's calls (payloads inside whole datagrams, results in
+    rows of their own) compile nothing: a fresh interpreter, so that no earlier test
+    has compiled them already."""
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-c", WARM_CHECK], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
