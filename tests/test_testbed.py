@@ -42,6 +42,8 @@ def test_star_four_workers_get_exact_aggregates(tmp_path, target):
     if target == "embedded":  # the switch's port counters, written when it stopped
         ports = summary["switch_ports"]["s1"]
         assert sum(p["rx"] for p in ports.values()) >= job["workers"] * 3
+        for p in ports.values():  # frames per read and per transmit call, at least 1
+            assert 0 < p["rx_reads"] <= p["rx"] and 0 < p["tx_calls"] <= p["tx"], p
         # (a busy machine may stall the switch into shedding: counted, never a wrong sum)
         assert set(summary["validity"]["switch_overload"]["s1"]) == {"shed", "rx_dropped"}
     else:

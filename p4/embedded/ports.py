@@ -145,9 +145,11 @@ class Port:
         sock.setblocking(False)
         self.sock = sock
         self.rx_packets = 0
+        self.rx_reads = 0  # reads that returned frames (rx / rx_reads: frames per read)
         self.rx_dropped = 0  # dropped by the kernel: the ring or socket queue was full
         self.shed = 0  # frames of whole slot uses the overloaded switch shed
         self.tx_packets = 0
+        self.tx_calls = 0  # transmit system calls (tx / tx_calls: frames per call)
         self.tx_errors = 0
         self.tx_queued = 0  # frames in the tx ring not yet handed to the kernel
         # Frame buffers of the socket path; in ring mode, for frames placed unusually.
@@ -232,6 +234,7 @@ class Port:
             frames = None
         self._held = n
         self.rx_packets += n
+        self.rx_reads += n > 0
         return slots, lengths, frames
 
     def _copy_unusual(self, ready, slots, lengths):
@@ -375,6 +378,7 @@ class Port:
         """Hand the queued frames to the kernel; False if some have to wait."""
         if not self.tx_queued:
             return True
+        self.tx_calls += 1
         try:
             self._tx_sock.send(b"", socket.MSG_DONTWAIT)
         except OSError as exc:  # EAGAIN / ENOBUFS: the socket's send buffer is full
@@ -423,6 +427,7 @@ class Port:
                     break
                 raise
         self.rx_packets += len(lengths)
+        self.rx_reads += bool(lengths)
         return slots[:len(lengths)], lengths, self._row_frames[:len(lengths)]
 
     def _release_nothing(self):
@@ -433,6 +438,7 @@ class Port:
         return 0  # the socket path does not say how much waits: it never sheds
 
     def _send_socket(self, frame):
+        self.tx_calls += 1
         try:
             self.sock.send(frame)
             self.tx_packets += 1
