@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from qaina_bench.hosts import kernels
-from qaina_bench.hosts.agent import AgentConfig, _profiler
+from qaina_bench.hosts.agent import AgentConfig, _profiler, wait_for_start
 from qaina_bench.hosts.collective import MODES, CollectiveError
 from qaina_bench.hosts.compression import CodecConfig
 from qaina_bench.hosts.pipeline import Pipeline
@@ -189,15 +189,12 @@ class TestbedState:
             return
         cfg = self.cfg
         if cfg.start_file:
-            deadline = time.monotonic() + cfg.start_timeout
-            while not Path(cfg.start_file).exists():
-                if time.monotonic() > deadline:
-                    raise HookError(f"no start signal ({cfg.start_file}) within "
-                                    f"{cfg.start_timeout:.0f} s")
-                time.sleep(0.002)
-            given = Path(cfg.start_file).read_text().strip()
+            try:
+                given = wait_for_start(cfg.start_file, cfg.start_timeout)
+            except TimeoutError as exc:
+                raise HookError(str(exc)) from None
             if self.collective is not None:
-                self.collective.start(json.loads(given) if given else {})
+                self.collective.start(given)
         self.usage0 = resource.getrusage(resource.RUSAGE_SELF)
 
     def note(self, **fields):

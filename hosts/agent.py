@@ -66,6 +66,19 @@ DEFAULT_HEADROOM = 1  # predicted scales x2 for b <= 8
 DEFAULT_HEADROOM_32 = 8  # x256 for the 32-bit fixed point
 
 
+def wait_for_start(start_file: str, timeout: float) -> dict:
+    """Wait for the harness's start signal (every worker is ready) and return what it
+    gives: a job admitted on arrival learns its slots from it. TimeoutError (one line)
+    when it has not come within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not Path(start_file).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no start signal ({start_file}) within {timeout:.0f} s")
+        time.sleep(0.002)
+    given = Path(start_file).read_text().strip()
+    return json.loads(given) if given else {}
+
+
 @dataclass
 class AgentConfig:
     """Everything one agent needs: the run's configuration tree (``settings.py``) and
@@ -223,15 +236,10 @@ class Agent:
                    payload_words=self.wire.words, packed=self.fmt.packed,
                    quantizer=cfg.run.compression.quantizer)
         if cfg.start_file:
-            deadline = time.monotonic() + cfg.start_timeout
-            while not Path(cfg.start_file).exists():
-                if time.monotonic() > deadline:
-                    raise AgentError(f"no start signal ({cfg.start_file}) within "
-                                     f"{cfg.start_timeout:.0f} s")
-                time.sleep(0.002)
-            given = Path(cfg.start_file).read_text().strip()
-            # a job admitted on arrival learns its slots with its start signal
-            self.collective.start(json.loads(given) if given else {})
+            try:
+                self.collective.start(wait_for_start(cfg.start_file, cfg.start_timeout))
+            except TimeoutError as exc:
+                raise AgentError(str(exc)) from None
         usage0 = resource.getrusage(resource.RUSAGE_SELF)
         size = None
         for i in range(cfg.run.workload.iterations):

@@ -38,6 +38,7 @@ from mininet.cli import CLI
 from mininet.log import output
 
 from ..switches.jobs import free_copies
+from .record import stop_processes
 
 WHEN = ("before", "after")
 #: what plain ``--cli`` means
@@ -240,16 +241,5 @@ class RunCLI:
         goes down; returns what was stopped."""
         procs = {p.pid: p for p in self.started}
         procs.update({p.pid: p for p in by_hand(self.testbed.net, self.known())})
-        for p in procs.values():
-            try:
-                p.terminate()
-            except psutil.Error:
-                pass
-        _, alive = psutil.wait_procs(list(procs.values()), timeout=3)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(alive, timeout=3)
+        stop_processes(list(procs.values()))
         return [f"pid {pid}" for pid in procs]

@@ -138,19 +138,12 @@ class RunRecord:
         for proc in self.data["processes"]:
             if _same_process(proc["pid"], proc.get("started")):
                 try:
-                    p = psutil.Process(proc["pid"])
-                    p.send_signal(signal.SIGTERM)
-                    procs.append((p, proc))
+                    procs.append((psutil.Process(proc["pid"]), proc))
                 except psutil.Error:
                     pass
-        _, alive = psutil.wait_procs([p for p, _ in procs], timeout=3)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(alive, timeout=3)
-        done = [f"stopped {proc['what']} (pid {proc['pid']})" for _, proc in procs]
+        stopped = {p.pid for p in stop_processes([p for p, _ in procs])}
+        done = [f"stopped {proc['what']} (pid {proc['pid']})" for p, proc in procs
+                if p.pid in stopped]
         for name in self.data["interfaces"]:
             if _interface_exists(name):
                 subprocess.run(["ip", "link", "del", name], capture_output=True)
@@ -191,6 +184,27 @@ def _start_time(pid: int) -> float | None:
         return psutil.Process(pid).create_time()
     except psutil.Error:
         return None
+
+
+
+def stop_processes(procs: list, grace: float = 3.0) -> list:
+    """SIGTERM to each of ``procs`` (psutil processes), SIGKILL to those still running
+    ``grace`` seconds later; returns the ones that were signalled."""
+    signalled = []
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGTERM)
+            signalled.append(p)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(signalled, timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+    return signalled
 
 
 def _same_process(pid: int, started: float | None) -> bool:
