@@ -179,3 +179,17 @@ def test_a_stream_whose_results_never_come_stalls_with_the_reason():
     finally:
         sock.close()
         silent.close()
+
+
+def test_the_start_signal_gives_its_contents_or_times_out(tmp_path):
+    import threading
+    from qaina_bench.hosts.agent import wait_for_start
+    go = tmp_path / "go"
+    with pytest.raises(TimeoutError, match=r"no start signal .*go\) within 0 s"):
+        wait_for_start(str(go), 0.05)
+    timer = threading.Timer(0.05, lambda: go.write_text('{"slot_base": 64}'))
+    timer.start()
+    assert wait_for_start(str(go), 5) == {"slot_base": 64}
+    timer.join()
+    go.write_text("")
+    assert wait_for_start(str(go), 5) == {}
