@@ -309,6 +309,11 @@ def check_system() -> list[tuple[str, bool, str]]:
             checks.append((f"Python package {optional} (optional: traces record)", False,
                            "pip install -e '.[record]'" if optional == "scikit-learn" else
                            "see README, 'Recording traces' (CPU build of torch)"))
+    capture = shutil.which("dumpcap") or shutil.which("tcpdump")
+    checks.append(("dumpcap or tcpdump (optional: --pcap)", capture is not None,
+                   f"{apt} tshark (or tcpdump)"))
+    checks.append(("tshark (optional: reading captures with the dissector)",
+                   shutil.which("tshark") is not None, f"{apt} tshark"))
     for tool, found in toolchain().items():
         what = f"{tool} (optional, --target bmv2)"
         if found["path"]:

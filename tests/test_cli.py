@@ -86,6 +86,19 @@ def test_help_lists_the_commands():
         assert cmd in out
 
 
+def test_doctor_names_what_is_missing_and_how_to_install_it(tmp_path, monkeypatch):
+    """With nothing on PATH: required tools NO (exit 1), optional ones -- , each with
+    its fix on the same line."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    code, out = run_cli("doctor")
+    assert code == 1 and "Traceback" not in out
+    lines = out.splitlines()
+    assert "NO  mnexec (Mininet): apt-get install mininet" in lines
+    assert "--  dumpcap or tcpdump (optional: --pcap): apt-get install tshark (or tcpdump)" \
+        in lines
+    assert any(line.startswith("--  tshark (optional") for line in lines)
+
+
 def test_traces_list_and_show_the_bundled_set():
     code, out = run_cli("traces", "list")
     assert code == 0 and "digits-mlp" in out
