@@ -61,3 +61,21 @@ def test_ratio_csv_has_a_row_per_run_with_both_modes_and_their_verdicts(tmp_path
         ms = float(row[f"{name}_ms"])
         assert f"run 1 {mode:>4}: iteration {ms:.1f} ms" in out.stdout
         assert row[f"{name}_verdict"] in ("network-bound", "cpu-bound", "mixed", "n/a")
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_headline_csv_has_a_row_per_run_and_window_with_the_switch_cost(tmp_path):
+    path = tmp_path / "headline.csv"
+    out = run(["testbed", "--table", "headline", "--iterations", "1", "--repeat", "1",
+               "--headline-trace", "digits-mlp", "--slots", "8", "--slots", "64",
+               "--csv", str(path)], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = rows(path)
+    assert [(r["mode"], r["slots"]) for r in got] == [("ina", "8"), ("ina", "64"),
+                                                      ("ring", "")]
+    for r in got:
+        assert float(r["melem_s_per_job"]) > 0 and float(r["agents_s_per_melem"]) > 0
+        assert r["verdict"] == "cpu-bound"  # unshaped links
+    assert float(got[0]["switches_s_per_melem"]) > 0  # the switch aggregates
+    assert "ina, 8 slots:" in out.stdout and "ina, 64 slots:" in out.stdout

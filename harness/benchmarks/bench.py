@@ -261,6 +261,11 @@ def main(argv=None) -> int:
                     + ", chosen with --table) also as CSV to this file")
     tb.add_argument("--mode", action="append", choices=MODES.names(),
                     help="the cost table for this scheme only (repeatable; default all)")
+    tb.add_argument("--headline-trace", default="digits-mlp-wide",
+                    help="trace set of the headline")
+    tb.add_argument("--slots", type=int, action="append",
+                    help="the headline's in-network runs with these slots per job "
+                         "(repeatable; default 32, up's default)")
     tb.add_argument("--workers", type=int, action="append", choices=COST_WORKERS,
                     help="the cost table for this n only (repeatable; default all)")
     cp = sub.add_parser("control", help="P4Runtime reads of an embedded switch: every "
@@ -316,7 +321,8 @@ def _testbed(ap, args) -> int:
             rows = ratio_table(work, args.iterations, args.ratio_bw, args.repeat,
                                trace=args.ratio_trace)
         if "headline" in tables:
-            rows = headline_table(work, args.iterations, args.repeat)
+            rows = headline_table(work, args.iterations, args.repeat,
+                                  trace=args.headline_trace, slots=args.slots or (32,))
         if "cost" in tables:
             rows = cost_table(work, args.iterations, args.repeat,
                               modes=args.mode or COST_MODES,

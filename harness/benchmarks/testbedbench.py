@@ -222,34 +222,43 @@ def _print_cost(rows: list[dict]):
 
 
 def headline_table(workdir: Path, iterations: int, repeat: int,
-                   trace: str = "digits-mlp-wide") -> list[dict]:
+                   trace: str = "digits-mlp-wide", slots=(32,)) -> list[dict]:
     """``up --topo star --jobs 2 --workers 8 --bits 4 --payload-words 256 --trace
-    digits-mlp-wide``, unshaped, in-network and ring: Melem/s per job and the agents'
-    CPU seconds per million aggregated elements, mean and range over ``repeat`` runs
-    (interleaved). Returns a row per run (its CSV)."""
+    digits-mlp-wide``, unshaped, in-network (with each of ``slots`` per job: the
+    window; 32 is ``up``'s default) and ring: Melem/s per job and the agents' and the
+    switch's CPU seconds per million aggregated elements, mean and range over
+    ``repeat`` runs (interleaved). Returns a row per run (its CSV)."""
     from ...hosts.recorder import ensure
     print(f"headline: star, 2 jobs x 8 workers, b=4, 256-word packets, trace {trace}, "
           f"{iterations} iterations, unshaped, {repeat} runs each")
     ensure(trace, log=print)
+    points = [("ina", n) for n in slots] + [("ring", None)]
     rows = []
     for k in range(repeat):
-        for mode in ("ina", "ring"):
+        for mode, window in points:
+            extra = {"slots": window} if window else {}
             s = testbed_bench("star", 4, None, iterations, workdir, 2, mode, 8,
-                              payload_words=256, trace=trace)
+                              payload_words=256, trace=trace, **extra)
             f = cost_figures(s)
-            rows.append({"run": k + 1, "mode": mode,
+            rows.append({"run": k + 1, "mode": mode, "slots": window or "",
                          "melem_s_per_job": float(np.mean(
                              [j["elements_per_s"] / 1e6 for j in s["jobs"]])),
-                         "agents_s_per_melem": f["agents"], "verdict": f["verdict"]})
-            print(f"  run {k + 1} {mode:>4}: {rows[-1]['melem_s_per_job']:.3f} Melem/s per "
-                  f"job, agents {f['agents'] or float('nan'):.2f} CPU s/Melem", flush=True)
-    for mode in ("ina", "ring"):
-        mine = [r for r in rows if r["mode"] == mode]
+                         "agents_s_per_melem": f["agents"],
+                         "switches_s_per_melem": f["switches"], "verdict": f["verdict"]})
+            print(f"  run {k + 1} {_point(mode, window)}: {rows[-1]['melem_s_per_job']:.3f} "
+                  f"Melem/s per job, agents {f['agents'] or float('nan'):.2f}, switch "
+                  f"{f['switches'] or float('nan'):.2f} CPU s/Melem", flush=True)
+    for mode, window in points:
+        mine = [r for r in rows if r["mode"] == mode and r["slots"] == (window or "")]
         (rm, rl, rh) = _spread([r["melem_s_per_job"] for r in mine])
         (am, al, ah) = _spread([r["agents_s_per_melem"] for r in mine])
-        print(f"  {mode:>4}: {rm:.3f} Melem/s per job ({rl:.3f}-{rh:.3f}); agents "
-              f"{am:.2f} CPU s/Melem ({al:.2f}-{ah:.2f})")
+        print(f"  {_point(mode, window)}: {rm:.3f} Melem/s per job ({rl:.3f}-{rh:.3f}); "
+              f"agents {am:.2f} CPU s/Melem ({al:.2f}-{ah:.2f})")
     return rows
+
+
+def _point(mode: str, slots: int | None) -> str:
+    return f"{mode:>4}" + (f", {slots} slots" if slots else "")
 
 
 TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio", "cost", "headline")

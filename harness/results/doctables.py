@@ -409,21 +409,21 @@ def cost(d: DocData) -> str:
                   "softirq", "total", "verdicts"], body)
 
 
-def _by_mode(rows: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = defaultdict(list)
-    for r in rows:
-        out[r["mode"]].append(r)
-    return out
-
-
 def headline(d: DocData) -> str:
-    modes = _by_mode(d.rows("headline"))
-    body = [[SCHEMES[mode], spread(values(rs, "melem_s_per_job"), f2),
-             spread(values(rs, "agents_s_per_melem"), f2), verdicts(rs, "verdict")]
-            for mode, rs in modes.items()]
-    runs = max(len(rs) for rs in modes.values())
+    """In-network with each window (``slots``, when the CSV has them) and the ring."""
+    points: dict[str, list[dict]] = defaultdict(list)
+    for r in d.rows("headline"):
+        window = r.get("slots") or ""
+        points[SCHEMES[r["mode"]] + (f", {window} slots" if window else "")].append(r)
+    switch = any("switches_s_per_melem" in r for r in d.rows("headline"))
+    body = [[label, spread(values(rs, "melem_s_per_job"), f2),
+             spread(values(rs, "agents_s_per_melem"), f2)]
+            + ([spread(values(rs, "switches_s_per_melem"), f2)] if switch else [])
+            + [verdicts(rs, "verdict")] for label, rs in points.items()]
+    runs = max(len(rs) for rs in points.values())
     return table(["", f"Melem/s per job, mean (range), {runs} runs",
-                  "agents' CPU s per million aggregated elements", "verdicts"], body)
+                  "agents' CPU s per million aggregated elements"]
+                 + (["the switch's"] if switch else []) + ["verdicts"], body)
 
 
 def history(name: str) -> Callable[[DocData], str]:
