@@ -79,3 +79,22 @@ def test_headline_csv_has_a_row_per_run_and_window_with_the_switch_cost(tmp_path
         assert r["verdict"] == "cpu-bound"  # unshaped links
     assert float(got[0]["switches_s_per_melem"]) > 0  # the switch aggregates
     assert "ina, 8 slots:" in out.stdout and "ina, 64 slots:" in out.stdout
+
+
+def test_codec_prints_the_reference_and_the_kernels_per_format():
+    from click.testing import CliRunner
+    from qaina_bench.harness.cli import main
+    res = CliRunner().invoke(main, ["bench", "codec", "--bits", "4", "--bits", "32",
+                                    "--workers", "8", "--payload-words", "256",
+                                    "--repeats", "1"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert "chunks of 256 words" in lines[0]
+    assert lines[1].split()[1:] == ["encode", "decode", "kernel", "encode", "kernel", "decode",
+                                    "exponents"]
+    for line, fmt in zip(lines[2:], ("b=4 n=8: w=7 m=4", "b=32 n=8: w=32 m=1")):
+        assert line.startswith(fmt)
+        cells = line[len(fmt):].split()
+        assert len(cells) == 10  # five "MB/s (ns)" pairs
+        for mbs, ns in zip(cells[::2], cells[1::2]):  # the two agree: 4 bytes an element
+            assert float(ns.strip("()")) == pytest.approx(4e3 / float(mbs), rel=0.06)

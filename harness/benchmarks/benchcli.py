@@ -134,7 +134,18 @@ def bench_scale(sizes, clusters, iterations, bw, results_dir):
 
 
 @bench.command("codec")
-def bench_codec():
-    """Agent encode/decode throughput (fp32 MB/s, one core)."""
+@click.option("--bits", type=int, multiple=True, help="bit widths (default 4 and 32)")
+@click.option("--workers", type=click.IntRange(1, 256), default=4, show_default=True)
+@click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
+              default=str(QAINA_WORDS), show_default=True,
+              help="payload words per packet (a chunk is words x lanes elements)")
+@click.option("--repeats", type=click.IntRange(1), default=20, show_default=True,
+              help="timings of each (the best is printed)")
+def bench_codec(bits, workers, words, repeats):
+    """Agent encode/decode throughput, numpy reference and the agents' kernels (fp32
+    MB/s and ns per element, one core)."""
     from ...hosts import codec_bench
-    sys.exit(codec_bench.main([]))
+    args = ["--workers", str(workers), "--words", words, "--repeats", str(repeats)]
+    if bits:
+        args += ["--bits", *map(str, bits)]
+    sys.exit(codec_bench.main(args))
