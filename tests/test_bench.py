@@ -98,3 +98,30 @@ def test_codec_prints_the_reference_and_the_kernels_per_format():
         assert len(cells) == 10  # five "MB/s (ns)" pairs
         for mbs, ns in zip(cells[::2], cells[1::2]):  # the two agree: 4 bytes an element
             assert float(ns.strip("()")) == pytest.approx(4e3 / float(mbs), rel=0.06)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_ctrl_c_stops_a_testbed_benchmark_after_tearing_its_run_down(tmp_path):
+    """Ctrl-C ends the run under way (torn down as `up` does) and the whole benchmark,
+    not just that run: exit 130, one line, no later run, nothing left."""
+    import os
+    import signal
+    import time
+    records = tmp_path / "records"
+    env = dict(os.environ, QAINA_RECORD_DIR=str(records))
+    proc = subprocess.Popen(CLI + ["testbed", "--table", "headline", "--iterations", "1",
+                                   "--repeat", "3", "--headline-trace", "digits-mlp"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(records.glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the first run's record: its network is coming up
+    assert list(records.glob("*.json")), "no run started"
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "interrupted: the benchmark stopped" in err and "Traceback" not in err
+    assert "run 1" not in out and "run 2" not in out  # no run finished, none after
+    assert not list(records.glob("*.json"))  # the run's record removed with what it listed

@@ -26,6 +26,7 @@ import os
 import re
 import socket
 import struct
+import sys
 import subprocess
 import tempfile
 import time
@@ -276,6 +277,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
+    try:
+        return _run(ap, args)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the benchmark stopped (what it had started is removed; "
+              "no table or CSV written)", file=sys.stderr)
+        return 130
+
+
+def _run(ap, args) -> int:
     if args.what == "control":
         if args.repeat < 1:
             ap.error("--repeat must be at least 1")

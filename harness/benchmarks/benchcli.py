@@ -131,6 +131,10 @@ def bench_scale(sizes, clusters, iterations, bw, results_dir):
         scale(sizes, [None, *clusters], iterations, bw, Path(results_dir), echo=click.echo)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: the benchmark stopped (the runs so far are in "
+                   f"{results_dir})", err=True)
+        sys.exit(130)
 
 
 @bench.command("codec")

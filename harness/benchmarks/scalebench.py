@@ -32,6 +32,8 @@ def measure(cfg: RunConfig) -> dict:
     """Run ``cfg``; the row of the table."""
     run = Run(cfg, echo=lambda *a, **k: None)
     summary = run.execute()
+    if run.signalled:  # Ctrl-C or SIGTERM: the run is torn down, the benchmark stops
+        raise KeyboardInterrupt
     ev = summary["events"]
     cost = summary.get("cpu_cost") or {}
     total = sum(c.get("total_s", 0) for c in cost.get("components", {}).values())

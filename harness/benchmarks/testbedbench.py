@@ -25,7 +25,11 @@ def testbed_bench(topo: str, bits: int, bw: float | None, iterations: int, workd
     cfg = RunConfig.flat(topo=topo, jobs=jobs, workers=workers, bits=[bits],
                          iterations=iterations, bw=bw, results_dir=str(workdir), mode=mode,
                          **options)
-    return Run(cfg, echo=lambda *a, **k: None).execute()
+    run = Run(cfg, echo=lambda *a, **k: None)
+    summary = run.execute()
+    if run.signalled:  # Ctrl-C or SIGTERM: the run is torn down, the benchmark stops
+        raise KeyboardInterrupt
+    return summary
 
 
 def link_bound_time(summary: dict) -> float | None:
