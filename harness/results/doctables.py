@@ -483,6 +483,8 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
     "table:headline": headline,
     "table:headline-history": history("headline-history"),
     "table:fidelity-runs": history("fidelity-runs"),
+    "table:overload-0ea4a5f": history("overload-0ea4a5f"),
+    "table:overload-sittings": history("overload-sittings"),
     "table:overload": overload,
 }
 
