@@ -426,6 +426,21 @@ def headline(d: DocData) -> str:
                  + (["the switch's"] if switch else []) + ["verdicts"], body)
 
 
+def _headline_melem(d: DocData, mode: str, window: int | None = None) -> float:
+    """Mean Melem/s per job of the headline's ``mode`` runs (in-network: with
+    ``window`` slots; rows without a ``slots`` column ran with up's default, 32)."""
+    rows = [r for r in d.rows("headline") if r["mode"] == mode
+            and (window is None or int(r.get("slots") or 32) == window)]
+    return float(np.mean(values(rows, "melem_s_per_job")))
+
+
+def _headline_before(d: DocData) -> float:
+    """Melem/s per job of the in-network agents before the batched path (5113c12),
+    as the headline's history has it."""
+    row = next(r for r in d.rows("headline-history") if "5113c12" in r["label"])
+    return float(row["Melem/s per job, mean (range), 3 runs"].split()[0])
+
+
 def history(name: str) -> Callable[[DocData], str]:
     """A table of figures measured in an earlier sitting, as the CSV holds them (a
     first column named ``label`` has no heading)."""
@@ -489,6 +504,12 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
 }
 
 VALUES: dict[str, Callable[[DocData], str]] = {
+    "headline_before": lambda d: f"{_headline_before(d):.2f}",
+    "headline_ina_32": lambda d: f"{_headline_melem(d, 'ina', 32):.2f}",
+    "headline_ina_128": lambda d: f"{_headline_melem(d, 'ina', 128):.2f}",
+    "headline_ring": lambda d: f"{_headline_melem(d, 'ring'):.2f}",
+    "headline_gain_32": lambda d: f"{_headline_melem(d, 'ina', 32) / _headline_before(d):.1f}x",
+    "headline_gain_128": lambda d: f"{_headline_melem(d, 'ina', 128) / _headline_before(d):.1f}x",
     "ina_mean": lambda d: f"{np.mean(_ratio(d)[0]):.1f}",
     "ring_mean": lambda d: f"{np.mean(_ratio(d)[1]):.1f}",
     "ratio": lambda d: f"{np.mean(_ratio(d)[0]) / np.mean(_ratio(d)[1]):.2f}",
