@@ -125,3 +125,20 @@ def test_ctrl_c_stops_a_testbed_benchmark_after_tearing_its_run_down(tmp_path):
     assert "interrupted: the benchmark stopped" in err and "Traceback" not in err
     assert "run 1" not in out and "run 2" not in out  # no run finished, none after
     assert not list(records.glob("*.json"))  # the run's record removed with what it listed
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_scale_csv_has_a_row_per_run_and_the_printed_spread(tmp_path):
+    path = tmp_path / "scale.csv"
+    out = run(["scale", "--workers", "4", "--iterations", "1", "--repeat", "2", "--bw", "20",
+               "--results-dir", str(tmp_path / "runs"), "--csv", str(path)], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = rows(path)
+    assert [(r["run"], r["where"], r["workers"], r["bw_mbit"]) for r in got] == \
+        [("1", "this machine", "4", "20.0"), ("2", "this machine", "4", "20.0")]
+    for r in got:
+        assert float(r["bring_up_s"]) > 0 and float(r["job_s"]) > 0
+        assert float(r["cpu_s_per_melem"]) > 0 and r["verdict"]
+    times = [float(r["job_s"]) for r in got]
+    assert f"job s {sum(times) / 2:.2f} ({min(times):.2f}-{max(times):.2f})" in out.stdout

@@ -122,13 +122,25 @@ def bench_control(repeat, words):
 @click.option("--bw", type=float, default=None, help="link Mbit/s (default unshaped)")
 @click.option("--results-dir", type=click.Path(), default="results/scale", show_default=True,
               help="where the runs go (on a cluster: a directory every server shares)")
-def bench_scale(sizes, clusters, iterations, bw, results_dir):
+@click.option("--repeat", type=click.IntRange(1), default=1, show_default=True,
+              help="runs of each point (interleaved; mean and range)")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="write a row per run to this CSV file too")
+def bench_scale(sizes, clusters, iterations, bw, results_dir, repeat, csv_path):
     """Bring-up, completion, CPU per aggregated element and fidelity verdict at each
     number of workers, on this machine and on clusters (root)."""
     from ..config import ConfigError
-    from .scalebench import scale
+    from .scalebench import scale, write_csv
+    if csv_path:
+        try:
+            Path(csv_path).open("a").close()
+        except OSError as exc:
+            raise click.BadParameter(f"{csv_path}: {exc.strerror or exc}", param_hint="--csv")
     try:
-        scale(sizes, [None, *clusters], iterations, bw, Path(results_dir), echo=click.echo)
+        rows = scale(sizes, [None, *clusters], iterations, bw, Path(results_dir),
+                     echo=click.echo, repeat=repeat)
+        if csv_path:
+            write_csv(Path(csv_path), rows)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:

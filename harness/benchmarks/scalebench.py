@@ -63,16 +63,50 @@ def scale_trace(results_dir: Path, echo=print) -> Path:
 
 
 def scale(sizes, clusters, iterations: int = 2, bw: float | None = None,
-          results_dir: Path = Path("results/scale"), echo=print) -> list[dict]:
-    """Every size on every cluster (None: this machine), printed as a table; the runs'
-    results stay in ``results_dir``."""
+          results_dir: Path = Path("results/scale"), echo=print,
+          repeat: int = 1) -> list[dict]:
+    """Every size on every cluster (None: this machine), ``repeat`` times (the repeats
+    interleaved), a line per run; with repeats, then mean (range) per point. The
+    runs' results stay in ``results_dir``; returns a row per run (``CSV_COLUMNS``)."""
     results_dir = Path(results_dir).resolve()
     trace = scale_trace(results_dir, echo)
-    echo("  ".join(f"{c:>12}" for c in COLUMNS))
+    echo("  ".join(f"{c:>12}" for c in ("run",) + COLUMNS))
     rows = []
-    for cluster in clusters:
-        for n in sizes:
-            row = measure(scale_config(n, cluster, iterations, bw, results_dir, trace))
-            rows.append(row)
-            echo("  ".join(f"{str(row[c]):>12}" for c in COLUMNS))
+    for k in range(repeat):
+        for cluster in clusters:
+            for n in sizes:
+                row = measure(scale_config(n, cluster, iterations, bw, results_dir, trace))
+                rows.append({"run": k + 1, "bw": bw or "", **row})
+                echo("  ".join(f"{str(v):>12}" for v in [k + 1] + [row[c] for c in COLUMNS]))
+    if repeat > 1:
+        echo(f"mean (range) of {repeat} runs")
+        for point in dict.fromkeys((r["where"], r["workers"]) for r in rows):
+            mine = [r for r in rows if (r["where"], r["workers"]) == point]
+            cells = [_spread([r[c] for r in mine]) for c in COLUMNS[2:-1]]
+            found = sorted({str(r["verdict"]) for r in mine})
+            echo(f"  {point[0]}, {point[1]} workers: " + ", ".join(
+                f"{c} {v}" for c, v in zip(COLUMNS[2:-1], cells)) + f"; {'/'.join(found)}")
     return rows
+
+
+#: the CSV of ``bench scale --csv``: a row per run
+CSV_COLUMNS = {"run": "run", "where": "where", "workers": "workers", "bw": "bw_mbit",
+               "bring-up s": "bring_up_s", "job s": "job_s",
+               "CPU s/Melem": "cpu_s_per_melem", "verdict": "verdict"}
+
+
+def _spread(xs: list) -> str:
+    v = [x for x in xs if isinstance(x, (int, float)) and x == x]
+    if not v:
+        return "n/a"
+    return f"{sum(v) / len(v):.2f} ({min(v):.2f}-{max(v):.2f})"
+
+
+def write_csv(path: Path, rows: list[dict]):
+    """The runs of ``scale`` as CSV (``CSV_COLUMNS``)."""
+    import csv
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(CSV_COLUMNS.values())
+        for r in rows:
+            out.writerow(["" if r[k] is None else r[k] for k in CSV_COLUMNS])
