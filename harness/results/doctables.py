@@ -441,6 +441,22 @@ def _headline_before(d: DocData) -> float:
     return float(row["Melem/s per job, mean (range), 3 runs"].split()[0])
 
 
+def scale(name: str) -> Callable[[DocData], str]:
+    """``bench scale --csv``: per place, size and link rate, mean (range) of its runs."""
+    def make(d: DocData) -> str:
+        points: dict[tuple, list[dict]] = defaultdict(list)
+        for r in d.rows(name):
+            points[(r["where"], int(r["workers"]), r["bw_mbit"])].append(r)
+        body = [[where, str(n), f"{float(bw):g} Mbit/s" if bw else "unshaped"]
+                + [spread(values(rs, c), f2) for c in ("bring_up_s", "job_s",
+                                                       "cpu_s_per_melem")]
+                + [verdicts(rs, "verdict")] for (where, n, bw), rs in points.items()]
+        runs = max(len(rs) for rs in points.values())
+        return table(["where", "workers", "links", f"bring-up s ({runs} runs)", "job s",
+                      "CPU s/Melem", "verdicts"], body)
+    return make
+
+
 def history(name: str) -> Callable[[DocData], str]:
     """A table of figures measured in an earlier sitting, as the CSV holds them (a
     first column named ``label`` has no heading)."""
