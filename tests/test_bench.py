@@ -142,3 +142,13 @@ def test_scale_csv_has_a_row_per_run_and_the_printed_spread(tmp_path):
         assert float(r["cpu_s_per_melem"]) > 0 and r["verdict"]
     times = [float(r["job_s"]) for r in got]
     assert f"job s {sum(times) / 2:.2f} ({min(times):.2f}-{max(times):.2f})" in out.stdout
+
+
+@pytest.mark.root
+def test_a_run_the_options_cannot_make_is_one_line(tmp_path):
+    out = run(["testbed", "--table", "headline", "--slots", "5000", "--iterations", "1",
+               "--repeat", "1", "--headline-trace", "digits-mlp"], tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "error: --slots 5000: a job needs more slots than the pool of 1024 holds; use "
+        "fewer slots or a larger --pool-slots"]

@@ -277,8 +277,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
+    from ...settings import ConfigError
     try:
         return _run(ap, args)
+    except ConfigError as exc:  # a run the options describe is not possible
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("\ninterrupted: the benchmark stopped (what it had started is removed; "
               "no table or CSV written)", file=sys.stderr)
