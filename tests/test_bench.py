@@ -152,3 +152,22 @@ def test_a_run_the_options_cannot_make_is_one_line(tmp_path):
     assert out.stderr.strip().splitlines() == [
         "error: --slots 5000: a job needs more slots than the pool of 1024 holds; use "
         "fewer slots or a larger --pool-slots"]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["switch", "--rate", "-5"], "'--rate': -5.0 is not in the range x>0"),
+    (["switch", "--seconds", "0"], "'--seconds': 0.0 is not in the range x>0"),
+    (["switch", "--repeat", "0"], "'--repeat': 0 is not in the range x>=1"),
+    (["switch", "--bits", "9"], "'--bits': '9' is not one of"),
+    (["testbed", "--bw", "0"], "'--bw': 0.0 is not in the range x>0"),
+    (["testbed", "--iterations", "0"], "'--iterations': 0 is not in the range x>=1"),
+    (["testbed", "--slots", "0"], "'--slots': 0 is not in the range x>=1"),
+    (["scale", "--workers", "0"], "'--workers': 0 is not in the range x>=1"),
+    (["scale", "--bw", "-1"], "'--bw': -1.0 is not in the range x>0"),
+    (["codec", "--repeats", "0"], "'--repeats': 0 is not in the range x>=1"),
+])
+def test_bad_benchmark_options_are_one_line(args, fragment):
+    from click.testing import CliRunner
+    from qaina_bench.harness.cli import main
+    res = CliRunner().invoke(main, ["bench"] + args)
+    assert res.exit_code == 2 and fragment in res.output and "Traceback" not in res.output

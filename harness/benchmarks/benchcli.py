@@ -8,8 +8,11 @@ from pathlib import Path
 import click
 
 from ...p4.header import PAYLOAD_WORDS, QAINA_WORDS
+from ...hosts.lanes import BIT_WIDTHS
 from ...hosts.collective import MODES
 from ..plugincli import RegistryChoice
+
+POSITIVE = click.FloatRange(min=0, min_open=True)  # rates, durations, Mbit/s
 
 
 @click.group()
@@ -21,11 +24,12 @@ def bench():
 @click.option("--target", "targets", type=click.Choice(["embedded", "bmv2"]), multiple=True,
               default=["embedded"], show_default=True,
               help="repeat to compare targets (prints the ratio)")
-@click.option("--bits", type=int, multiple=True, default=[4, 32], show_default=True)
-@click.option("--rate", type=float, multiple=True,
+@click.option("--bits", type=click.Choice([str(b) for b in BIT_WIDTHS]), multiple=True,
+              default=["4", "32"], show_default=True)
+@click.option("--rate", type=POSITIVE, multiple=True,
               help="offered contributions/s (default: a sweep per target)")
-@click.option("--seconds", type=float, default=4.0, show_default=True)
-@click.option("--repeat", type=int, default=1, show_default=True,
+@click.option("--seconds", type=POSITIVE, default=4.0, show_default=True)
+@click.option("--repeat", type=click.IntRange(1), default=1, show_default=True,
               help="runs per rate: mean and range")
 @click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
               multiple=True, default=[str(QAINA_WORDS)], show_default=True,
@@ -51,15 +55,15 @@ def bench_switch(targets, bits, rate, seconds, repeat, words, csv_path):
 
 
 @bench.command("testbed")
-@click.option("--bw", type=float, default=1.0, show_default=True, help="link Mbit/s")
-@click.option("--iterations", type=int, default=6, show_default=True)
-@click.option("--repeat", type=int, default=3, show_default=True,
+@click.option("--bw", type=POSITIVE, default=1.0, show_default=True, help="link Mbit/s")
+@click.option("--iterations", type=click.IntRange(1), default=6, show_default=True)
+@click.option("--repeat", type=click.IntRange(1), default=3, show_default=True,
               help="runs of each configuration (mean and range; the repeat table's CV)")
 @click.option("--table", "tables", multiple=True,
               type=click.Choice(["transport", "repeat", "comparison", "ratio", "cost",
                                  "headline"]),
               help="only these tables (default all)")
-@click.option("--ratio-bw", type=float, default=3.0, show_default=True,
+@click.option("--ratio-bw", type=POSITIVE, default=3.0, show_default=True,
               help="link Mbit/s of the in-network / ring ratio (n=8, b=4, 256 words)")
 @click.option("--ratio-trace", default="digits-mlp-wide", show_default=True,
               help="trace set of the ratio (digits-mlp-wide is recorded on first use)")
@@ -113,13 +117,14 @@ def bench_control(repeat, words):
 
 
 @bench.command("scale")
-@click.option("--workers", "sizes", type=int, multiple=True, default=[4, 8, 16, 32],
+@click.option("--workers", "sizes", type=click.IntRange(1), multiple=True,
+              default=[4, 8, 16, 32],
               show_default=True, help="workers of the one job (repeat)")
 @click.option("--cluster", "clusters", multiple=True, metavar="SERVERS",
               help="also run on this cluster (as up --cluster; repeat); this machine "
               "alone always runs first")
-@click.option("--iterations", type=int, default=2, show_default=True)
-@click.option("--bw", type=float, default=None, help="link Mbit/s (default unshaped)")
+@click.option("--iterations", type=click.IntRange(1), default=2, show_default=True)
+@click.option("--bw", type=POSITIVE, default=None, help="link Mbit/s (default unshaped)")
 @click.option("--results-dir", type=click.Path(), default="results/scale", show_default=True,
               help="where the runs go (on a cluster: a directory every server shares)")
 @click.option("--repeat", type=click.IntRange(1), default=1, show_default=True,
