@@ -284,19 +284,19 @@ def traces_show(name, dirs):
               "which `up` searches)")
 @click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]), default=TRAINING.model,
               show_default=True, help="cnn and resnet need PyTorch (its CPU build)")
-@click.option("--workers", type=int, default=8, show_default=True,
+@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
               help="workers recorded (a run may use up to as many)")
-@click.option("--iterations", type=int, default=DEFAULTS.workload.iterations,
+@click.option("--iterations", type=click.IntRange(1), default=DEFAULTS.workload.iterations,
               show_default=True)
 @click.option("--seed", type=int, default=DEFAULTS.workload.seed, show_default=True)
-@click.option("--batch-size", type=int, default=TRAINING.batch_size, show_default=True,
-              help="per worker")
-@click.option("--lr", type=float, default=TRAINING.lr, show_default=True,
-              help="SGD learning rate")
+@click.option("--batch-size", type=click.IntRange(1), default=TRAINING.batch_size,
+              show_default=True, help="per worker")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=TRAINING.lr,
+              show_default=True, help="SGD learning rate")
 @click.option("--hidden", type=IntList("layer size", "SIZES"),
               default=",".join(map(str, TRAINING.hidden)), show_default=True,
               help="mlp hidden layer sizes")
-@click.option("--width", type=int, default=TRAINING.width, show_default=True,
+@click.option("--width", type=click.IntRange(1), default=TRAINING.width, show_default=True,
               help="resnet: channels of its first stage (64: ResNet-18's 11 M parameters)")
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32",
               show_default=True, help="how gradients are stored (float16: half the size)")
@@ -354,22 +354,26 @@ def evaluate():
 @click.option("--trace", default="digits-mlp", show_default=True,
               help="trace set for the relative error (open loop)")
 @click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
-@click.option("--workers", type=int, default=8, show_default=True)
+@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True)
 @click.option("--bits", type=BitsType(), default="2,4,8,32", show_default=True)
 @click.option("--quantizers", help="comma-separated (default: every registered one)")
-@click.option("--gvq-k", type=int, default=8, show_default=True)
-@click.option("--gvq-refresh", type=int, default=4, show_default=True)
-@click.option("--seeds", type=int, default=2, show_default=True, help="repeats of each")
-@click.option("--train-iterations", type=int, default=0, show_default=True,
+@click.option("--gvq-k", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="GradiVeQ coefficients per slice of 64")
+@click.option("--gvq-refresh", type=click.IntRange(0), default=4, show_default=True)
+@click.option("--seeds", type=click.IntRange(1), default=2, show_default=True,
+              help="repeats of each")
+@click.option("--train-iterations", type=click.IntRange(0), default=0, show_default=True,
               help="train the model closed loop this long for a final accuracy (0: no)")
 @click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]), default=TRAINING.model,
               show_default=True, help="the model trained closed loop")
-@click.option("--lr", type=float, default=TRAINING.lr, show_default=True)
-@click.option("--batch-size", type=int, default=TRAINING.batch_size, show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=TRAINING.lr,
+              show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=TRAINING.batch_size,
+              show_default=True)
 @click.option("--hidden", type=IntList("layer size", "SIZES"),
               default=",".join(map(str, TRAINING.hidden)), show_default=True,
               help="mlp hidden layer sizes")
-@click.option("--width", type=int, default=TRAINING.width, show_default=True,
+@click.option("--width", type=click.IntRange(1), default=TRAINING.width, show_default=True,
               help="resnet width")
 @click.option("--error-feedback", "ef", type=click.Choice(["both", "off", "on"]),
               default="both", show_default=True)

@@ -42,6 +42,12 @@ def run_cli(*args):
     (["run", "/nonexistent/config.yaml"], "does not exist"),
     (["traces", "show", "nope"], "nope"),
     (["results", "show", "/nonexistent"], "has no summary.json"),
+    (["eval", "compression", "--workers", "0"], "'--workers': 0 is not in the range"),
+    (["eval", "compression", "--seeds", "0"], "'--seeds': 0 is not in the range x>=1"),
+    (["eval", "compression", "--gvq-k", "65"], "'--gvq-k': 65 is not in the range 1<=x<=64"),
+    (["eval", "compression", "--lr", "-1"], "'--lr': -1.0 is not in the range x>0"),
+    (["traces", "record", "x", "--workers", "0"], "'--workers': 0 is not in the range"),
+    (["traces", "record", "x", "--batch-size", "0"], "'--batch-size': 0 is not in the"),
 ])
 def test_bad_input_is_one_clear_line(args, fragment):
     code, out = run_cli(*args)
