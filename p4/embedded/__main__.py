@@ -30,18 +30,43 @@ def parse_interface(text: str) -> tuple[int, str]:
     return int(port), ifname
 
 
+def device_id(text: str) -> int:
+    if not text.isdigit() or int(text) >> 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: a device id is a whole number "
+                                         "0..2**64-1 (P4Runtime's uint64)")
+    return int(text)
+
+
+def grpc_addr(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT with a port "
+                                         "0..65535, e.g. 127.0.0.1:9559")
+    return text
+
+
+def writable(text: str) -> str:
+    """A file the switch can create or append to (its directory exists)."""
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text!r}: its directory {folder} does not exist "
+                                         "or cannot be written")
+    return text
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m qaina_bench.p4.embedded",
                                  description="Embedded QAINA switch (qaina.p4 in software, "
                                              "programmed over P4Runtime).")
     ap.add_argument("-i", "--interface", action="append", type=parse_interface, default=[],
                     metavar="PORT@IFNAME", help="attach interface IFNAME as port PORT")
-    ap.add_argument("--device-id", type=int, default=1)
-    ap.add_argument("--grpc-addr", default="127.0.0.1:9559", help="P4Runtime address")
-    ap.add_argument("--log", help="log file (default: stderr)")
+    ap.add_argument("--device-id", type=device_id, default=1)
+    ap.add_argument("--grpc-addr", type=grpc_addr, default="127.0.0.1:9559",
+                    help="P4Runtime address")
+    ap.add_argument("--log", type=writable, help="log file (default: stderr)")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     ap.add_argument("--cpu", type=int, help="pin the switch to this CPU")
-    ap.add_argument("--stats", metavar="PATH", help="write the ports' counters (frames "
+    ap.add_argument("--stats", metavar="PATH", type=writable, help="write the ports' counters (frames "
                     "received, dropped by the kernel, shed under overload, sent) here as "
                     "JSON when the switch stops")
     args = ap.parse_args(argv)
@@ -53,7 +78,11 @@ def main(argv=None) -> int:
     if len(ports) != len(args.interface):
         ap.error("a port number is given twice")
     if args.cpu is not None:
-        os.sched_setaffinity(0, {args.cpu})
+        try:
+            os.sched_setaffinity(0, {args.cpu})
+        except (OSError, ValueError, OverflowError):
+            ap.error(f"--cpu {args.cpu}: not a CPU this process may run on "
+                     f"({', '.join(map(str, sorted(os.sched_getaffinity(0))))})")
     try:
         switch = EmbeddedSwitch(ports, device_id=args.device_id, grpc_addr=args.grpc_addr)
     except (PortError, OSError) as exc:

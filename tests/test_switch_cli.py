@@ -1,0 +1,38 @@
+"""The embedded switch's command line: what it refuses, in one line, before it starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+SWITCH = [sys.executable, "-m", "qaina_bench.p4.embedded"]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["-i", "x@lo"], "'x@lo': expected PORT@IFNAME"),
+    (["-i", "600@lo"], "port numbers are 0..510"),
+    (["-i", "1@lo", "-i", "1@lo"], "a port number is given twice"),
+    (["--device-id", "-1"], "a device id is a whole number 0..2**64-1"),
+    (["--device-id", str(2 ** 64)], "a device id is a whole number"),
+    (["--grpc-addr", "127.0.0.1:99999"], "expected HOST:PORT with a port 0..65535"),
+    (["--grpc-addr", "nonsense"], "expected HOST:PORT"),
+    (["--cpu", "99"], "--cpu 99: not a CPU this process may run on"),
+    (["--stats", "/nonexistent/x.json"], "its directory /nonexistent does not exist"),
+    (["--log", "/nonexistent/x.log"], "its directory /nonexistent does not exist"),
+])
+def test_bad_options_are_one_line_and_exit_2(args, fragment):
+    res = subprocess.run(SWITCH + args, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert fragment in res.stderr and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("python -m qaina_bench.p4.embedded")
+
+
+@pytest.mark.root
+def test_a_missing_interface_is_one_line():
+    res = subprocess.run(SWITCH + ["-i", "1@qb-nosuchif", "--grpc-addr", "127.0.0.1:0"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1] == \
+        "qaina switch: port 1: interface 'qb-nosuchif': No such device"
