@@ -340,7 +340,11 @@ def results_show(run_dir):
         summary = load_summary(Path(run_dir))
     except SummaryError as exc:
         _fail(exc)
-    print_summary(summary, Path(run_dir))
+    try:
+        print_summary(summary, Path(run_dir))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        _fail(f"{Path(run_dir) / 'summary.json'} is not a summary this qaina-bench can "
+              f"read ({type(exc).__name__}: {exc})")
     click.echo(columns_help())
 
 

@@ -303,3 +303,12 @@ def test_up_records_a_known_recipe_on_first_use_and_runs_it(tmp_path):
     summary = json.loads((tmp_path / "wide" / "summary.json").read_text())
     trace = TraceSet.open(tmp_path / "traces" / "digits-mlp-wide")
     assert summary["complete"] and summary["jobs"][0]["elements_per_iteration"] == trace.elements
+
+
+def test_results_show_of_a_summary_it_cannot_read_is_one_line(tmp_path):
+    (tmp_path / "summary.json").write_text('{"jobs": "x"}')
+    code, out = run_cli("results", "show", str(tmp_path))
+    assert code == 1 and "Traceback" not in out
+    assert out.strip().splitlines() == [
+        f"Error: {tmp_path / 'summary.json'} is not a summary this qaina-bench can read "
+        "(KeyError: 'run_id')"]

@@ -318,8 +318,14 @@ def describe_run(directory: Path) -> str:
     """One line: status, mode, compression, trace, bits, links; never raises."""
     try:
         s = load_summary(directory)
+        return _describe(s)
     except SummaryError as exc:
         return f"? ({exc})"
+    except (AttributeError, TypeError, ValueError) as exc:
+        return f"? (summary.json is not a summary this qaina-bench can read: {exc})"
+
+
+def _describe(s: dict) -> str:
     links = s.get("links") or {}
     link = ", ".join(f"{k} {v}" for k, v in (("bw", links.get("bw_mbit")),
                                               ("delay", links.get("delay")),
