@@ -40,6 +40,7 @@ from .clustercheck import cluster_for
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
 from .rundir import RunFiles
+from .remotesampling import remote_samplers
 from .runmeta import write_results
 from .sampling import Sampler
 from ..trainscript import ScriptLauncher
@@ -369,11 +370,13 @@ class Run:
         self.ledger.begin()
         # The first samples are taken before any agent sends: a short run's link bytes
         # are counted from before its first packet.
-        processes = {p["name"]: p["pid"] for p in self._processes()}
+        processes, remote = remote_samplers(self.testbed, {p["name"]: p["pid"] for p in
+                                                           self._processes()},
+                                            self.writer.dir, self.record)
         self.sampler = Sampler(self.writer, self.testbed.conns,
                                self.aggregator if self.mode.in_switch else None, self.jobs,
                                self.testbed.switch_interfaces(), processes,
-                               slot_interval=cfg.output.sample_interval)
+                               slot_interval=cfg.output.sample_interval, remote=remote)
         self.sampler.begin()
         self.events["agents_go"] = time.time()
         if self.offsets is None:
