@@ -566,7 +566,7 @@ class Run:
                 popen.kill()
 
     def _teardown(self):
-        if self.sampler is not None and self.sampler.is_alive():  # stopped before _monitor
+        if self.sampler is not None:  # stopped before _monitor (stopping twice is fine)
             self.sampler.stop()
         self.ledger.end()
         self._stop_agents()
@@ -574,6 +574,7 @@ class Run:
             self.cli_session.stop_by_hand()
         if self.capture is not None:  # the files are written out before the links go
             self.capture.stop(self.dir / "pcap")
+        self.files.close()  # the servers' followers end before what is left is checked
         if self.testbed is not None:
             try:
                 self.testbed.stop()

@@ -225,10 +225,14 @@ class RunFiles:
         if self.remote:
             self.write(path, Path(path).read_text())
 
-    def gather(self) -> list[str]:
-        """Every server's copy back here and removed there; one line per failure."""
+    def close(self):
+        """End the following sessions (what grows there now comes back with ``gather``)."""
         for remote in self.remote:
             remote.close()
+
+    def gather(self) -> list[str]:
+        """Every server's copy back here and removed there; one line per failure."""
+        self.close()
         for remote in self.remote:
             if self.record is not None and str(remote.directory) not in [
                     d["path"] for d in self.record.remote_directories(remote.server.name)]:
