@@ -77,7 +77,8 @@ flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhos
   --results-dir /results --run-id cluster ${QB_CLUSTER_ARGS:-}
 
 say "checking: placement, exact sums, nothing left"
-"${A[@]}" .venv/bin/python - <<'CHECK'
+# -i: the check is the script on stdin
+docker exec -i -w /opt/qaina-bench qb-a .venv/bin/python - <<'CHECK'
 import json, sys
 from pathlib import Path
 sys.path.insert(0, "tests")
@@ -92,12 +93,21 @@ assert where["sp1"] == where["sp2"] == "qb-c", where
 assert all(where[f"h{i}"] == ("localhost" if i % 2 else "qb-b") for i in range(1, 9)), where
 print(f"  exact sums: {len(summary['jobs'])} jobs x {summary['iterations']} iterations; "
       f"placement {where}")
-# every agent's records and log, every switch's log, from whichever server ran it
+# every agent's records and log (empty unless it failed), every switch's log and port
+# counters (written as it stopped), from whichever server ran it
 agents = [f"j{j}w{w}" for j in (1, 2) for w in range(4)]
-missing = [p for p in [f"agents/{a}.jsonl" for a in agents] + [f"logs/agent-{a}.log" for a in agents]
-           + [f"logs/{sw}.log" for sw in ("lf1", "lf2", "sp1", "sp2")]
-           if not (run / p).is_file() or not (run / p).stat().st_size]
+files = ([f"agents/{a}.jsonl" for a in agents] + [f"logs/{sw}.log" for sw in ("lf1", "lf2", "sp1", "sp2")]
+         + [f"logs/{sw}.stats.json" for sw in ("lf1", "lf2", "sp1", "sp2")])
+missing = [p for p in files if not (run / p).is_file() or not (run / p).stat().st_size]
+missing += [f"logs/agent-{a}.log" for a in agents if not (run / f"logs/agent-{a}.log").is_file()]
 assert not missing, f"not in the result set on qb-a: {missing}"
+offsets = summary["clock_offsets"]
+assert set(offsets) == {"qb-b", "qb-c"} and all(o["samples"] for o in offsets.values()), offsets
+import csv
+servers = {r["server"] for r in csv.DictReader(open(run / "timeseries.csv", newline=""))}
+assert {"", "qb-b", "qb-c"} <= servers, servers
+print("  clock offsets: " + ", ".join(f"{k} {1e3 * v['offset_s']:+.1f} ms (round trip "
+                                       f"{1e3 * v['round_trip_s']:.0f} ms)" for k, v in offsets.items()))
 done = [a for a in agents if any(json.loads(line).get("type") == "done"
                                  for line in (run / f"agents/{a}.jsonl").read_text().splitlines())]
 assert done == agents, f"agents whose done record is missing: {set(agents) - set(done)}"
@@ -143,9 +153,10 @@ flock /tmp/qb-mininet.lock sh -c '
   sleep 1
   docker exec -w /opt/qaina-bench qb-a .venv/bin/qaina-bench clean'
 nothing_left "after kill -9 and clean"
-for f in logs/sp1.log logs/lf2.log logs/agent-j1w1.log agents/j1w1.jsonl; do
+for f in logs/sp1.log logs/lf2.log agents/j1w1.jsonl; do
   docker exec qb-a test -s "/results/held/$f" || { echo "  clean did not bring back $f" >&2; exit 1; }
 done
+docker exec qb-a test -f /results/held/logs/agent-j1w1.log || { echo "  no agent-j1w1.log" >&2; exit 1; }
 echo "  clean brought qb-b's and qb-c's part of the killed run back to qb-a"
 
 say "Ctrl-C (SIGINT) to a held run on qb-a"
