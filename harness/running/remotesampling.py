@@ -10,8 +10,8 @@ and copied back with the rest of it (``rundir.py``). ``merge_samples`` adds thos
 to ``timeseries.csv`` with the server in its ``server`` column, where the fidelity
 verdict reads them. Timestamps are each server's own clock: the servers must be
 NTP-synchronised; each server's offset from this machine, measured when its sampler
-starts (an ssh ``date +%s.%N`` halfway through the round trip), is in the summary's
-``clock_offsets``.
+starts (``clock_offset``: its ``date +%s.%N`` over ssh, as at the midpoint of the
+round trip), is in the summary's ``clock_offsets``.
 """
 
 from __future__ import annotations
@@ -26,17 +26,32 @@ from ..results.resultset import read_csv
 from .cluster import Server
 
 
-def clock_offset(server: Server) -> dict:
-    """``server``'s clock minus this machine's (s), and the ssh round trip it took."""
-    t0 = time.time()
+def clock_offset(server: Server, exchanges: int = 5) -> dict:
+    """``server``'s clock minus this machine's (s), and the ssh round trip it took:
+    over one ssh session (its set-up is not in the round trip), the exchange with the
+    shortest round trip, the server's ``date`` taken as at its midpoint."""
     try:
-        res = subprocess.run(server.ssh("date", "+%s.%N"), capture_output=True, text=True,
-                             timeout=20)
-        there = float(res.stdout.strip())
-    except (OSError, subprocess.TimeoutExpired, ValueError):
+        shell = subprocess.Popen(server.ssh("sh", "-c", "while read x; do date +%s.%N; done"),
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
         return {"offset_s": None, "round_trip_s": None}
-    t1 = time.time()
-    return {"offset_s": there - (t0 + t1) / 2, "round_trip_s": t1 - t0}
+    best = (float("inf"), None)
+    try:
+        for k in range(exchanges + 1):  # the first one waits for the session: left out
+            t0 = time.time()
+            shell.stdin.write(b"\n")
+            shell.stdin.flush()
+            there = float(shell.stdout.readline())
+            t1 = time.time()
+            if k and t1 - t0 < best[0]:
+                best = (t1 - t0, there - (t0 + t1) / 2)
+    except (OSError, ValueError):
+        pass  # no answer: what was measured stands
+    finally:
+        shell.kill()
+        shell.wait()
+    return {"offset_s": best[1], "round_trip_s": best[0] if best[1] is not None else None}
 
 
 class RemoteSampler:
