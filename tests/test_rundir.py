@@ -78,3 +78,26 @@ def test_rmtree_removes_only_below_the_directory_it_is_given(tmp_path):
     assert (tmp_path / "a" / "b").is_dir()
     assert rmtree(str(tmp_path / "a" / "b"), str(tmp_path / "a")) == 0
     assert not (tmp_path / "a").exists()
+
+
+def test_a_run_whose_server_copy_fails_keeps_one_line_per_server_and_the_rest(tmp_path):
+    from qaina_bench.harness.running.record import RunRecord
+    from qaina_bench.harness.running.rundir import RunFiles
+    here = tmp_path / "here" / "run"
+    record = RunRecord("gather-test", tmp_path / "records")
+    files = RunFiles(None, here, record)
+    ok = RemoteDirectory(HERE, tmp_path / "ok" / "run", record, local=here)
+    lost = RemoteDirectory(HERE, tmp_path / "lost" / "run", record, local=here)
+    for remote in (ok, lost):
+        remote.open()
+        files.remote.append(remote)
+    (tmp_path / "ok" / "run" / "sp1.log").write_text("switch\n")
+    (tmp_path / "lost" / "run").rename(tmp_path / "lost" / "moved")  # the copy will fail
+    problems = files.gather()
+    assert len(problems) == 1 and "\n" not in problems[0]
+    assert str(tmp_path / "lost" / "run") in problems[0]
+    assert (here / "sp1.log").read_text() == "switch\n"
+    assert not (tmp_path / "ok").exists()
+    # copied and removed: no longer listed; the one not copied stays listed for clean
+    assert [d["path"] for d in record.remote_directories("localhost")] == [
+        str(tmp_path / "lost" / "run")]

@@ -237,7 +237,7 @@ class RunFiles:
             if self.record is not None and str(remote.directory) not in [
                     d["path"] for d in self.record.remote_directories(remote.server.name)]:
                 continue  # the record's removal has copied it back already
-            problem = gather(remote.server, str(remote.directory), remote.made)
+            problem = gather(remote.server, str(remote.directory), remote.made, remote.local)
             if problem is None and self.record is not None:
                 self.record.drop_remote_directory(remote.server.name, str(remote.directory))
             elif problem is not None:
