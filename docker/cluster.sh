@@ -9,10 +9,11 @@
 # * the project's image (Dockerfile) plus sshd (docker/cluster.Dockerfile); an ssh key
 #   and the servers' host keys made for this run only;
 # * three containers qb-a, qb-b, qb-c on an INTERNAL Docker network (no route out of
-#   this machine), all with the same results directory mounted at /results (the
-#   cluster's shared file system); the run starts on qb-a with
-#   --cluster localhost,qb-b,qb-c: lf1 and its hosts on qb-a, lf2 and its hosts on
-#   qb-b, the spines on qb-c, the leaf-spine links ssh -w tunnels.
+#   this machine), each with only its own disk (no shared results directory); the run
+#   starts on qb-a with --cluster localhost,qb-b,qb-c: lf1 and its hosts on qb-a, lf2
+#   and its hosts on qb-b, the spines on qb-c, the leaf-spine links ssh -w tunnels;
+#   what the remote switches and agents write comes back to qb-a over ssh, and the
+#   result set there must hold all of it, with nothing of it left on qb-b or qb-c.
 # Run as root: make cluster-test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +47,7 @@ docker build --network host -t "$IMAGE" -f docker/cluster.Dockerfile docker \
 
 say "three servers on the internal network $NET ($SUBNET)"
 docker network create --internal --subnet "$SUBNET" "$NET" >/dev/null
-mkdir -p "$work/results" "$work/key"
+mkdir -p "$work/key"
 ssh-keygen -q -t ed25519 -N '' -C qaina-cluster-test -f "$work/key/id_ed25519"
 cat >"$work/key/config" <<'CONFIG'
 Host *
@@ -58,7 +59,7 @@ for s in "${SERVERS[@]}"; do
   docker run -d --name "$s" --hostname "$s" --network "$NET" \
     --cap-add=NET_ADMIN --cap-add=SYS_ADMIN --device /dev/net/tun \
     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
-    -v "$work/results:/results" "$IMAGE" >/dev/null
+    "$IMAGE" >/dev/null
   docker cp "$work/key/id_ed25519" "$s:/root/.ssh/id_ed25519"
   docker cp "$work/key/id_ed25519.pub" "$s:/root/.ssh/authorized_keys"
   docker cp "$work/key/config" "$s:/root/.ssh/config"
@@ -76,7 +77,8 @@ flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhos
   --results-dir /results --run-id cluster ${QB_CLUSTER_ARGS:-}
 
 say "checking: placement, exact sums, nothing left"
-"${A[@]}" .venv/bin/python - <<'CHECK'
+# -i: the check is the script on stdin
+docker exec -i -w /opt/qaina-bench qb-a .venv/bin/python - <<'CHECK'
 import json, sys
 from pathlib import Path
 sys.path.insert(0, "tests")
@@ -91,6 +93,26 @@ assert where["sp1"] == where["sp2"] == "qb-c", where
 assert all(where[f"h{i}"] == ("localhost" if i % 2 else "qb-b") for i in range(1, 9)), where
 print(f"  exact sums: {len(summary['jobs'])} jobs x {summary['iterations']} iterations; "
       f"placement {where}")
+# every agent's records and log (empty unless it failed), every switch's log and port
+# counters (written as it stopped), from whichever server ran it
+agents = [f"j{j}w{w}" for j in (1, 2) for w in range(4)]
+files = ([f"agents/{a}.jsonl" for a in agents] + [f"logs/{sw}.log" for sw in ("lf1", "lf2", "sp1", "sp2")]
+         + [f"logs/{sw}.stats.json" for sw in ("lf1", "lf2", "sp1", "sp2")])
+missing = [p for p in files if not (run / p).is_file() or not (run / p).stat().st_size]
+missing += [f"logs/agent-{a}.log" for a in agents if not (run / f"logs/agent-{a}.log").is_file()]
+assert not missing, f"not in the result set on qb-a: {missing}"
+offsets = summary["clock_offsets"]
+assert set(offsets) == {"qb-b", "qb-c"} and all(o["samples"] for o in offsets.values()), offsets
+import csv
+servers = {r["server"] for r in csv.DictReader(open(run / "timeseries.csv", newline=""))}
+assert {"", "qb-b", "qb-c"} <= servers, servers
+print("  clock offsets: " + ", ".join(f"{k} {1e3 * v['offset_s']:+.1f} ms (round trip "
+                                       f"{1e3 * v['round_trip_s']:.0f} ms)" for k, v in offsets.items()))
+done = [a for a in agents if any(json.loads(line).get("type") == "done"
+                                 for line in (run / f"agents/{a}.jsonl").read_text().splitlines())]
+assert done == agents, f"agents whose done record is missing: {set(agents) - set(done)}"
+assert not summary["errors"], summary["errors"]
+print(f"  result set on qb-a: {len(agents)} agents' records and logs, 4 switch logs")
 CHECK
 # Nothing of a run left: no interface but lo and eth0, no Mininet shell, switch, agent
 # or tunnel, no run record, in any container; no tap device here.
@@ -102,6 +124,9 @@ nothing_left() {
     procs=$(docker exec "$s" ps -eo pid=,args= \
       | grep -E 'mnexec|qaina_bench|qaina-bench|ssh .*-w|bash --norc' | grep -v grep || true)
     records=$(docker exec "$s" sh -c 'ls /run/qaina-bench/*.json 2>/dev/null' || true)
+    if [ "$s" != qb-a ]; then  # the run's directory lives on qb-a only
+      records="$records$(docker exec "$s" sh -c 'ls -d /results 2>/dev/null' || true)"
+    fi
     if [ -n "$links$procs$records" ]; then
       left=1; echo "  left on $s ($1): ${links//$'\n'/ } ${procs//$'\n'/; } $records" >&2
     fi
@@ -128,6 +153,11 @@ flock /tmp/qb-mininet.lock sh -c '
   sleep 1
   docker exec -w /opt/qaina-bench qb-a .venv/bin/qaina-bench clean'
 nothing_left "after kill -9 and clean"
+for f in logs/sp1.log logs/lf2.log agents/j1w1.jsonl; do
+  docker exec qb-a test -s "/results/held/$f" || { echo "  clean did not bring back $f" >&2; exit 1; }
+done
+docker exec qb-a test -f /results/held/logs/agent-j1w1.log || { echo "  no agent-j1w1.log" >&2; exit 1; }
+echo "  clean brought qb-b's and qb-c's part of the killed run back to qb-a"
 
 say "Ctrl-C (SIGINT) to a held run on qb-a"
 flock /tmp/qb-mininet.lock sh -c '
@@ -144,6 +174,7 @@ flock /tmp/qb-mininet.lock sh -c '
   for _ in $(seq 300); do docker exec qb-a kill -0 "$owner" 2>/dev/null || break; sleep 0.2; done
   docker exec qb-a test -f /results/ctrlc/summary.json'
 nothing_left "after Ctrl-C"
+docker exec qb-a test -s /results/ctrlc/logs/sp1.log || { echo "  ctrlc: sp1.log not gathered" >&2; exit 1; }
 
 if [ -n "${QB_CLUSTER_SCALE:-}" ]; then  # e.g. QB_CLUSTER_SCALE="4 8 16 32"
   say "bench scale over the three servers: workers $QB_CLUSTER_SCALE"

@@ -17,7 +17,8 @@ last worker's last chunk dequantized.
   that link's utilisation. Counters are interpolated linearly between samples; a
   verdict on fewer than 10 link samples (a transfer under a second) says it is coarse.
 * **CPU**: the busy share of all cores (``/proc/stat``; niced work is left out, it
-  yields to the run), and per process the job depends on (its agents, its parameter
+  yields to the run; on a cluster, each server's from its own sampler, and the
+  busiest server's counts), and per process the job depends on (its agents, its parameter
   server, every switch) its *demand*: the CPU seconds per second it ran or was
   runnable but waiting for a CPU, summed over its threads (``/proc/<pid>/task/*/
   schedstat``; above 1 when threads run at once). The CPU is **saturated** when the
@@ -165,20 +166,25 @@ def cpu_load(cpu_rows: list[dict], proc_rows: list[dict], processes: list[str],
              intervals) -> dict:
     """Busy share of the cores, and each process's busy and demand shares."""
     span = sum(b - a for a, b in intervals)
-    machine = _counters([{**r, "m": "all"} for r in cpu_rows], "m",
-                        [f"{s}_s" for s in ALL_STATES]).get("all")
-    cores_busy = None
-    if machine:
+    machines = _counters([{**r, "m": r.get("server") or ""} for r in cpu_rows], "m",
+                         [f"{s}_s" for s in ALL_STATES])
+    by_server = {}
+    for server, machine in machines.items():
         spent = {s: machine[f"{s}_s"].over(intervals) for s in ALL_STATES}
         total = sum(spent.values())
-        cores_busy = sum(spent[s] for s in BUSY_STATES) / total if total > 0 else None
+        if total > 0:
+            by_server[server] = sum(spent[s] for s in BUSY_STATES) / total
+    cores_busy = max(by_server.values(), default=None)  # the busiest server's
     procs = _counters([r for r in proc_rows if r["process"] in processes], "process",
                       ("user_s", "system_s", "wait_s"))
     shares = {}
     for name, c in sorted(procs.items()):
         run = c["user_s"].over(intervals) + c["system_s"].over(intervals)
         shares[name] = {"busy": run / span, "demand": (run + c["wait_s"].over(intervals)) / span}
-    return {"cores_busy": cores_busy, "processes": shares}
+    out = {"cores_busy": cores_busy, "processes": shares}
+    if len(machines) > 1:  # a cluster: each server's ("": this machine)
+        out["cores_busy_by_server"] = by_server
+    return out
 
 
 def _cpu_saturation(cpu: dict) -> tuple[bool, str]:
@@ -187,7 +193,10 @@ def _cpu_saturation(cpu: dict) -> tuple[bool, str]:
     cores = cpu["cores_busy"]
     said = []
     if cores is not None:
-        said.append(f"cores {100 * cores:.0f}% busy")
+        servers = cpu.get("cores_busy_by_server") or {}
+        top = max(servers, key=servers.get) if servers else None
+        said.append(f"cores {100 * cores:.0f}% busy"
+                    + (f" on {top or 'this machine'}" if servers else ""))
     if busiest:
         said.append(f"{busiest[0]} demanded {busiest[1]['demand']:.2f} cores, running or "
                     "waiting to run")

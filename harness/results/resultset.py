@@ -30,7 +30,7 @@ TIMESERIES_COLUMNS = ["time", "kind", "switch", "job", "interface", "slots_opene
                       "results_sent", "fallback_packets", "bytes_sent", "bytes_recv", "packets_sent",
                       "packets_recv", "reason", "drops", "process", "user_s", "system_s",
                       "wait_s", "nice_s", "idle_s", "iowait_s", "irq_s", "softirq_s",
-                      "steal_s"]
+                      "steal_s", "server"]  # server: another one of a cluster, else empty
 
 
 class ResultWriter:
@@ -62,6 +62,10 @@ class ResultWriter:
 
     def add_cpu_sample(self, row: dict):
         self._ts_writer.writerow({"kind": "cpu", **row})
+
+    def add_row(self, row: dict):
+        """A row as it is (its ``kind`` in it): another server's sample."""
+        self._ts_writer.writerow(row)
 
     def add_drops(self, t: float, switch: str, drops: dict[int, int]):
         for reason, count in sorted(drops.items()):

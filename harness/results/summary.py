@@ -282,11 +282,14 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
                              sum(j.get("elements_aggregated", 0) for j in jobs)),
         "drops": drops,
         "switch_ports": meta.get("switch_ports"),
+        # another server's clock minus this machine's, when its sampler started (s)
+        "clock_offsets": meta.get("clock_offsets"),
         "validity": validity(rows, jobs, meta.get("cpu"), drops, meta.get("switch_ports")),
         "software": software_versions(),
         "config": cfg.to_dict(),
         "written": time.time(),
     }
+    summary["validity"]["warnings"] += meta.get("warnings") or []  # e.g. a server's copy
     (writer.dir / "summary.json").write_text(json.dumps(summary, indent=1))
     try:
         plot(writer.dir, rows, slot_samples, meta)

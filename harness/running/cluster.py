@@ -13,8 +13,8 @@ tunnels (layer 2 over ssh: the servers' sshd needs ``PermitTunnel yes``; no GRE,
 this project's kernels may lack). ``LeafPlacer`` keeps each switch that has hosts with
 its hosts, so that only switch-to-switch links cross servers, and puts the switches
 without hosts (spines) on the last server. Every server runs the project from the
-same path (``sys.executable``) and sees the results directory at the same path (a
-shared file system): a remote switch or agent is started there by
+same path (``sys.executable``) and keeps the run's directory at the same path on its
+own disk (``rundir.py`` carries it back): a remote switch or agent is started there by
 ``python -m qaina_bench.harness.running.remote launch``, which reports its PID for the
 run record.
 """
@@ -184,7 +184,7 @@ class ClusterNode(RemoteMixin):
 
     def launch(self, cmd: list[str], log: Path, env: dict | None = None):
         """Start ``cmd`` in this node's namespace on its server, its output to ``log``
-        (on the shared file system); returns (the local ssh process, remote PID, its
+        (the same path there); returns (the local ssh process, remote PID, its
         start time)."""
         env_words = [f"{k}={v}" for k, v in (env or {}).items()]
         wrapped = [sys.executable, "-m", "qaina_bench.harness.running.remote", "launch",

@@ -81,9 +81,8 @@ def shared_directory(server: Server, directory: Path) -> bool:
         probe_file.unlink(missing_ok=True)
 
 
-def cluster_for(text: str | None, target: str, results_dir: Path,
-                host_cpu: float | None = None, local_only: dict | None = None
-                ) -> Cluster | None:
+def cluster_for(text: str | None, target: str, host_cpu: float | None = None,
+                local_only: dict | None = None) -> Cluster | None:
     """The run's cluster, every server checked; ConfigError with the first problem.
     ``local_only``: options given (flag -> value) that work on this machine only."""
     if not text:
@@ -100,8 +99,4 @@ def cluster_for(text: str | None, target: str, results_dir: Path,
         for what, ok, fix in check_server(server, target):
             if not ok:
                 raise ConfigError(f"--cluster: {server.name}: {fix}")
-        if not shared_directory(server, Path(results_dir).resolve()):
-            raise ConfigError(f"--cluster: {server.name} does not see {results_dir} as "
-                              "this machine does: share the results directory at the same "
-                              "path on every server (e.g. NFS)")
     return cluster

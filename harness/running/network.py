@@ -155,6 +155,7 @@ class Testbed:
         self.free_errors: list[str] = []
         self.mininet_log: MininetLog | None = None
         self.remote_procs: list[tuple] = []  # (node, PID) started on other servers
+        self.remote_pids: dict[int, tuple] = {}  # their ssh session's PID -> (server, PID)
 
     # -- bring-up ----------------------------------------------------------------------
     def start(self, ready_timeout: float = 30.0):
@@ -488,6 +489,7 @@ class Testbed:
         from .cluster import agent_environment
         popen, pid, started = node.launch(cmd, log, agent_environment())
         self.remote_procs.append((node, pid))
+        self.remote_pids[popen.pid] = (server, pid)
         self.record.add_process(popen.pid, f"ssh to {what}")
         self.record.add_remote_process(server, node.user, pid, started, what)
         return popen

@@ -89,13 +89,35 @@ class RunRecord:
         if name not in listed:
             listed.append(name)
 
+    def add_remote_directory(self, server: str, user: str, path: str, made: str):
+        """The run's directory on a server that does not share it (``rundir.py``), and
+        the topmost directory the run made for it there."""
+        listed = self._server(server, user).setdefault("directories", [])
+        listed[:] = [d for d in listed if d["path"] != path] + [{"path": path, "made": made}]
+        self.save()
+
+    def remote_directories(self, server: str) -> list[dict]:
+        return self.data.get("servers", {}).get(server, {}).get("directories", [])
+
+    def drop_remote_directory(self, server: str, path: str):
+        part = self.data.get("servers", {}).get(server, {})
+        part["directories"] = [d for d in part.get("directories", []) if d["path"] != path]
+
     def _on_servers(self, action: str) -> list[str]:
-        """``remove`` or ``leftovers`` of what the record lists on other servers."""
+        """``remove`` or ``leftovers`` of what the record lists on other servers; on
+        removal, the run's directory there is copied back here first."""
         out = []
         if self.data.get("servers"):
             from .cluster import Server, remote_resources
+            from .rundir import gather
             for name, part in self.data["servers"].items():
-                out += remote_resources(Server(name, part.get("user", "root")), action, part)
+                server = Server(name, part.get("user", "root"))
+                out += remote_resources(server, action, part)
+                for d in part.get("directories", []) if action == "remove" else []:
+                    problem = gather(server, d["path"], d["made"])
+                    out.append(problem or f"{name}: copied {d['path']} back and removed it")
+                    if problem is None:
+                        self.drop_remote_directory(name, d["path"])
         return out
 
     def add_interface(self, name: str):

@@ -5,6 +5,10 @@
 * ``port``: a free TCP port of the server;
 * ``remove`` / ``leftovers``: a run record's part for this server (JSON on stdin:
   ``processes``, ``interfaces``) removed, or what of it still exists, one line each;
+* ``follow DIR``: the run's directory on a server that does not share it (see
+  ``harness/running/rundir.py``): made, then every file added or grown under it sent
+  on stdout while files sent on stdin are written there, until stdin ends;
+* ``rmtree DIR TOP``: DIR removed, then its parents up to TOP while they are empty;
 * ``version``: the project's version here.
 """
 
@@ -22,6 +26,7 @@ def launch(args: list[str]) -> int:
         return 2
     import psutil
     log, cmd = args[1], args[3:]
+    os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     print(json.dumps({"pid": os.getpid(), "started": psutil.Process().create_time()}),
           flush=True)
@@ -54,6 +59,22 @@ def record_part(action: str) -> int:
     return 0
 
 
+def rmtree(directory: str, top: str) -> int:
+    import shutil
+    path, top_path = os.path.abspath(directory), os.path.abspath(top)
+    if not (path == top_path or path.startswith(top_path + "/")) or top_path == "/":
+        print(f"rmtree: {directory} is not under {top}", file=sys.stderr)
+        return 2
+    shutil.rmtree(path, ignore_errors=True)
+    while path != top_path:
+        path = os.path.dirname(path)
+        try:
+            os.rmdir(path)
+        except OSError:
+            break
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -66,6 +87,11 @@ def main(argv: list[str]) -> int:
         return 0
     if action in ("remove", "leftovers"):
         return record_part(action)
+    if action == "follow" and len(rest) == 1:
+        from .follow import follow
+        return follow(rest[0])
+    if action == "rmtree" and len(rest) == 2:
+        return rmtree(*rest)
     if action == "version":
         from importlib.metadata import version
         print(version("qaina-bench"))

@@ -39,6 +39,8 @@ from .mncli import RunCLI
 from .clustercheck import cluster_for
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
+from .rundir import RunFiles
+from .remotesampling import remote_samplers
 from .runmeta import write_results
 from .sampling import Sampler
 from ..trainscript import ScriptLauncher
@@ -123,8 +125,7 @@ class Run:
         if shutil.which("mnexec") is None:
             raise ConfigError("mnexec not found: install Mininet (apt-get install mininet), "
                               "or run `qaina-bench doctor`")
-        self.cluster = cluster_for(cfg.network.cluster, cfg.network.target,
-                                   Path(cfg.output.results_dir), cfg.network.host_cpu,
+        self.cluster = cluster_for(cfg.network.cluster, cfg.network.target, cfg.network.host_cpu,
                                    {"--pcap": cfg.output.pcap, "--cli": cli,
                                     "--train-script": cfg.training.train_script})
         self.netem = netem_available()
@@ -156,6 +157,7 @@ class Run:
         check_names_free(cfg.network.topo, topo)
         cfg.output.run_id = cfg.output.run_id or new_run_id(cfg)
         self.dir = Path(cfg.output.results_dir) / cfg.output.run_id
+        self.dir = self.dir.absolute() if self.cluster else self.dir  # the same path there
         if self.dir.exists():
             raise ConfigError(f"results directory {self.dir} exists; choose another --run-id")
         try:
@@ -164,6 +166,7 @@ class Run:
             raise ConfigError(f"cannot write results to {self.dir}: "
                               f"{exc.strerror or exc}; choose another --results-dir") from None
         self.record = RunRecord(cfg.output.run_id)
+        self.files = RunFiles(self.cluster, self.writer.dir, self.record, self.writer.log_dir)
         self.testbed: Testbed | None = None
         self.agents: list[AgentProcess] = []
         self.mode = mode_of(cfg)  # the collective mode's data (hosts/collective.py)
@@ -191,6 +194,7 @@ class Run:
         self.writer.write_config(cfg.to_yaml())
         try:
             self.record.save()
+            self.files.open()
             self._bring_up()
             if self.cli == "before":
                 self._enter_cli("before")
@@ -340,6 +344,7 @@ class Run:
                 path = self.writer.dir / "agents" / f"{name}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 acfg.save(path)
+                self.files.send(path)
                 argv, env, log = self._agent_command(job, w, name, path)
                 with deferred_signals(), open(log, "wb") as out:
                     popen = self.testbed.start_process(host, argv, out, log, env,
@@ -365,15 +370,17 @@ class Run:
         self.ledger.begin()
         # The first samples are taken before any agent sends: a short run's link bytes
         # are counted from before its first packet.
-        processes = {p["name"]: p["pid"] for p in self._processes()}
+        processes, remote = remote_samplers(self.testbed, {p["name"]: p["pid"] for p in
+                                                           self._processes()},
+                                            self.writer.dir, self.record)
         self.sampler = Sampler(self.writer, self.testbed.conns,
                                self.aggregator if self.mode.in_switch else None, self.jobs,
                                self.testbed.switch_interfaces(), processes,
-                               slot_interval=cfg.output.sample_interval)
+                               slot_interval=cfg.output.sample_interval, remote=remote)
         self.sampler.begin()
         self.events["agents_go"] = time.time()
         if self.offsets is None:
-            go.touch()
+            self.files.write(go)
         else:
             pool = SlotPool(cfg.network.pool_slots)
             # Shared jobs hold no slots of their own: they are admitted on arrival.
@@ -401,10 +408,7 @@ class Run:
         job.slot_base = base
         if self.mode.in_switch:
             self.testbed.install_job(self._placements(job))
-        start = self.start_files[job.job_id]
-        partial = start.with_suffix(".partial")
-        partial.write_text(json.dumps({"slot_base": base}))
-        partial.rename(start)
+        self.files.write(self.start_files[job.job_id], json.dumps({"slot_base": base}))
 
     def _release(self, index: int):
         if self.mode.in_switch:
@@ -447,7 +451,7 @@ class Run:
             fcfg = FallbackConfig(job.job_id, job.fmt.workers, self.cfg.network.payload_words,
                                   aggregator_ip(ids[self.aggregator]),
                                   str(self.writer.dir / "agents" / f"{name}-stats.json"))
-            path.write_text(json.dumps(asdict(fcfg)))
+            self.files.write(path, json.dumps(asdict(fcfg)))
             log = self.writer.log_dir / f"{name}.log"
             with deferred_signals(), open(log, "wb") as out:
                 popen = self.testbed.start_process(
@@ -562,7 +566,7 @@ class Run:
                 popen.kill()
 
     def _teardown(self):
-        if self.sampler is not None and self.sampler.is_alive():  # stopped before _monitor
+        if self.sampler is not None:  # stopped before _monitor (stopping twice is fine)
             self.sampler.stop()
         self.ledger.end()
         self._stop_agents()
@@ -570,11 +574,20 @@ class Run:
             self.cli_session.stop_by_hand()
         if self.capture is not None:  # the files are written out before the links go
             self.capture.stop(self.dir / "pcap")
+        self.files.close()  # the servers' followers end before what is left is checked
         if self.testbed is not None:
             try:
                 self.testbed.stop()
             except Exception as exc:
                 self.writer.note_error(f"teardown: {exc}")
                 self.echo(f"teardown: {exc}; `qaina-bench clean` removes what is left")
+                self._gather()
                 return
+        self._gather()
         self.record.close()
+
+    def _gather(self):
+        """Every server's part of the run's directory back here (``rundir.py``)."""
+        for problem in self.files.gather():
+            self.writer.note_error(problem)
+            self.echo(problem)

@@ -39,13 +39,15 @@ class Sampler(threading.Thread):
 
     def __init__(self, writer: ResultWriter, conns: dict, aggregator: str | None, jobs,
                  interfaces: list[str], processes: dict[str, int],
-                 slot_interval: float = 0.01, slow_interval: float = 0.1):
+                 slot_interval: float = 0.01, slow_interval: float = 0.1, remote=()):
         super().__init__(name="sampler", daemon=True)
         self.writer = writer
         self.conns = conns  # switch name -> SwitchConnection
         self.aggregator = aggregator  # None: no in-network jobs (ring mode)
         self.jobs = jobs
         self.interfaces = interfaces
+        #: the samplers on the other servers of a cluster (``remotesampling.py``)
+        self.remote = list(remote)
         self.slot_interval = slot_interval
         self.slow_interval = slow_interval
         self.error: str | None = None
@@ -67,7 +69,10 @@ class Sampler(threading.Thread):
 
     # -- the thread ------------------------------------------------------------------
     def begin(self):
-        """Take the first samples now, in the caller's thread, then sample on."""
+        """Take the first samples now, in the caller's thread, then sample on (the
+        other servers' samplers started first)."""
+        for sampler in self.remote:
+            sampler.start()
         if self.aggregator is not None:
             self._sample_slots()
         self._sample_slow()
@@ -96,7 +101,10 @@ class Sampler(threading.Thread):
 
     def stop(self):
         self._halt.set()
-        self.join(10)
+        if self.is_alive():
+            self.join(10)
+        for sampler in self.remote:
+            sampler.stop()
 
     # -- samples ---------------------------------------------------------------------
     def _sample_slots(self):

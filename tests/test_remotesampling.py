@@ -1,0 +1,68 @@
+"""The sampler on another server of a cluster (``remotesample.py``, started and stopped
+by ``remotesampling.RemoteSampler`` through ``remote launch``; here the server is this
+machine): real counters of an interface and a process, a last sample on SIGTERM, its
+rows merged into ``timeseries.csv`` under the server's name, its clock offset, and
+the fidelity verdict taking the busiest server's cores."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from qaina_bench.harness.results.fidelity import cpu_load
+from qaina_bench.harness.results.resultset import ResultWriter, read_csv
+from qaina_bench.harness.running.cluster import Server
+from qaina_bench.harness.running.remotesampling import (RemoteSampler, clock_offset,
+                                                        merge_samples)
+
+
+def test_a_remote_sampler_samples_its_interfaces_and_processes_until_stopped(tmp_path):
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        sampler = RemoteSampler(Server("localhost"), tmp_path, ["lo"],
+                                {"agent j1w0": busy.pid}, interval=0.05)
+        sampler.start()
+        assert abs(sampler.clock["offset_s"]) < sampler.clock["round_trip_s"] + 0.01
+        time.sleep(0.6)
+        sampler.stop()
+        assert sampler.popen.returncode == 0  # it ended by itself, after its last sample
+    finally:
+        busy.kill()
+        busy.wait()
+    writer = ResultWriter(tmp_path / "run")
+    os.rename(tmp_path / "samples", writer.dir / "samples")
+    clocks = merge_samples(writer, [sampler])
+    writer.close()
+    rows = read_csv(writer.dir / "timeseries.csv")
+    assert rows and all(r["server"] == "localhost" for r in rows)
+    assert clocks["localhost"]["samples"] == len(rows)
+    kinds = {k: [r for r in rows if r["kind"] == k] for k in ("link", "cpu", "proc")}
+    assert len(kinds["cpu"]) >= 5 and {r["interface"] for r in kinds["link"]} == {"lo"}
+    proc = kinds["proc"]
+    assert {r["process"] for r in proc} == {"agent j1w0"}
+    used = float(proc[-1]["user_s"]) + float(proc[-1]["system_s"])
+    spent = float(proc[-1]["time"]) - float(proc[0]["time"])
+    assert used - float(proc[0]["user_s"]) - float(proc[0]["system_s"]) > 0.3 * spent
+
+
+def test_the_clock_offset_of_this_machine_is_within_the_round_trip():
+    clock = clock_offset(Server("localhost"))
+    assert abs(clock["offset_s"]) <= clock["round_trip_s"]
+
+
+def cpu_rows(server: str, busy_share: float) -> list[dict]:
+    return [{"time": t, "server": server, "user_s": 10 * t * busy_share,
+             "idle_s": 10 * t * (1 - busy_share), "system_s": 0, "nice_s": 0,
+             "iowait_s": 0, "irq_s": 0, "softirq_s": 0, "steal_s": 0}
+            for t in (0.0, 1.0, 2.0)]
+
+
+def test_the_cpu_verdict_takes_the_busiest_server():
+    rows = cpu_rows("", 0.2) + cpu_rows("qb-c", 0.95)
+    cpu = cpu_load(rows, [], [], [(0.0, 2.0)])
+    assert abs(cpu["cores_busy"] - 0.95) < 1e-9
+    assert cpu["cores_busy_by_server"] == {"": 0.2, "qb-c": 0.95}
+    alone = cpu_load(cpu_rows("", 0.2), [], [], [(0.0, 2.0)])
+    assert abs(alone["cores_busy"] - 0.2) < 1e-9 and "cores_busy_by_server" not in alone
