@@ -4,7 +4,8 @@ Prints, per bit width, fp32 megabytes (10**6 bytes of the float32 gradient) per 
 on one core, best of several runs, for a job of ``n`` workers and chunks of one
 packet's words: the numpy reference (``encode``/``decode``) and the compiled one-pass
 kernels the agents run (``quantize_into`` into whole datagrams, ``dequantize_words``),
-also as nanoseconds per element:
+the chunk exponents, and the random numbers stochastic rounding draws (part of either
+encode), also as nanoseconds per element:
 
     qaina-bench bench codec [--bits 4 32] [--workers 4] [--words 256]
 """
@@ -50,6 +51,7 @@ def measure(bits: int, workers: int, elements: int, repeats: int, seed: int = 0,
         aggregate += quantizer.encode(g, exps, chunk)
     mb = elements * 4 / 1e6
     kernels.warm()
+    noise = np.empty(elements, dtype=quantizer.dtype)  # stochastic rounding's draws
     datagrams = np.zeros(-(-elements // chunk), dtype=wire(words).dtype)
     results = np.zeros((len(datagrams), words), dtype=">u4")
     results.reshape(-1)[:len(aggregate)] = aggregate
@@ -63,6 +65,8 @@ def measure(bits: int, workers: int, elements: int, repeats: int, seed: int = 0,
         "decode": mb / best_time(lambda: quantizer.decode(aggregate, exps, elements, chunk),
                                  repeats),
         "exponents": mb / best_time(lambda: chunk_exponents(grads[0], chunk), repeats),
+        "random": mb / best_time(lambda: quantizer.rng.random(
+            dtype=quantizer.dtype, out=noise), repeats),
     }
 
 
@@ -90,11 +94,12 @@ def main(argv=None) -> int:
           f"chunks of {args.words} words, best of {args.repeats}, {where}; fp32 MB/s "
           "(ns per element)")
     print(f"{'format':<24} {'encode':>14} {'decode':>14} {'kernel encode':>14} "
-          f"{'kernel decode':>14} {'exponents':>14}")
+          f"{'kernel decode':>14} {'exponents':>14} {'random':>14}")
     for bits in args.bits:
         r = measure(bits, args.workers, args.elements, args.repeats, words=args.words)
         cells = [f"{r[k]:.0f} ({4e3 / r[k]:.1f})" for k in
-                 ("encode", "decode", "kernel_encode", "kernel_decode", "exponents")]
+                 ("encode", "decode", "kernel_encode", "kernel_decode", "exponents",
+                  "random")]
         print(f"{r['format']:<24} " + " ".join(f"{c:>14}" for c in cells))
     return 0
 

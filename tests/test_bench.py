@@ -91,11 +91,11 @@ def test_codec_prints_the_reference_and_the_kernels_per_format():
     lines = res.output.splitlines()
     assert "chunks of 256 words" in lines[0]
     assert lines[1].split()[1:] == ["encode", "decode", "kernel", "encode", "kernel", "decode",
-                                    "exponents"]
+                                    "exponents", "random"]
     for line, fmt in zip(lines[2:], ("b=4 n=8: w=7 m=4", "b=32 n=8: w=32 m=1")):
         assert line.startswith(fmt)
         cells = line[len(fmt):].split()
-        assert len(cells) == 10  # five "MB/s (ns)" pairs
+        assert len(cells) == 12  # six "MB/s (ns)" pairs
         for mbs, ns in zip(cells[::2], cells[1::2]):  # the two agree: 4 bytes an element
             assert float(ns.strip("()")) == pytest.approx(4e3 / float(mbs), rel=0.06)
 
