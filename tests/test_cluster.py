@@ -231,3 +231,43 @@ def test_a_server_without_nft_refuses_a_remote_bmv2_in_one_line(monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # nft is in /usr/sbin
     with pytest.raises(FirewallError, match=r"^localhost has no nft: BMv2 there needs it"):
         RemoteThriftGuard(1, Server("localhost")).close_port()
+
+
+@pytest.mark.root
+@pytest.mark.skipif(shutil.which("simple_switch_grpc") is None or shutil.which("nft") is None,
+                    reason="BMv2 or nft missing")
+def test_a_remote_bmv2_started_through_remote_launch_is_programmed_read_and_stopped(tmp_path):
+    """``RemoteBMv2Target`` as ``ClusterSwitch`` runs it on a server, the server being
+    this machine (reached without ssh): its guard made there, the switch started by
+    ``remote launch``, programmed over P4Runtime, its registers read through its
+    Thrift CLI there; stopping it removes the guard and its notifications socket."""
+    import os
+    import signal
+    import sys
+    from qaina_bench.harness.running.remote import free_port
+    from qaina_bench.harness.running.remotebmv2 import RemoteBMv2Target
+    from qaina_bench.harness.switches.control import SwitchConnection
+    target = RemoteBMv2Target("rsw", {}, free_port(), 41, tmp_path / "rsw.log",
+                              thrift_port=free_port(), server=Server("localhost"))
+    target.guard.close_port()
+    cmd = [sys.executable, "-m", "qaina_bench.harness.running.remote", "launch",
+           "--log", str(target.log_path), "--"] + target.command()
+    target.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+    pid = json.loads(target.proc.stdout.readline())["pid"]
+    conn = SwitchConnection("rsw", target.grpc_addr, 41)
+    try:
+        assert target.guard.exists()
+        target.wait_ready(conn, 20)
+        conn.arbitrate()
+        conn.set_pipeline(target.device_config())
+        cells = target.register_read("MyIngress.agg_count")
+        assert cells and set(cells) == {0}
+    finally:
+        conn.close()
+        if target.proc.poll() is None:
+            os.kill(pid, signal.SIGTERM)
+        target.stop()
+    assert target.proc.poll() is not None
+    assert not target.guard.exists()
+    assert not os.path.exists(target.notifications[len("ipc://"):])

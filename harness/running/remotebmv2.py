@@ -72,12 +72,11 @@ class RemoteBMv2Target(BMv2Target):
         return self.server.ssh(*super().cli_command())
 
     def describe(self) -> dict:
+        """As ``BMv2Target`` (p4c is this machine's), with the server's BMv2."""
         res = run_on(self.server, ["simple_switch_grpc", "--version"])
-        version = (res.stdout.strip().splitlines() or [None])[0] if res.returncode == 0 \
-            else None
-        return {"target": self.kind, "payload_words": self.words,
-                "log_packets": self.log_packets, "server": self.server.name,
-                "simple_switch_grpc": {"version": version}}
+        lines = res.stdout.strip().splitlines() if res.returncode == 0 else []
+        return {**super().describe(), "simple_switch_grpc": {
+            "server": self.server.name, "version": lines[0] if lines else None}}
 
     def stop(self, timeout: float = 5.0):
         """The ssh session ended, the notifications socket and the guard gone there
