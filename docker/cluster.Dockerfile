@@ -5,7 +5,7 @@
 #
 # BMV2=1 (docker/cluster.sh sets it when this machine has BMv2): also the Debian
 # runtime libraries of a BMv2 and p4c built on Debian 12, python3-thrift for
-# simple_switch_CLI and cpp for p4c. BMv2 and p4c themselves are not installed: the
+# simple_switch_CLI and gcc (p4c preprocesses with cc). BMv2 and p4c themselves are not installed: the
 # test bind-mounts this machine's build read-only at run time.
 FROM qaina-bench:cluster-base
 ARG BMV2=0
@@ -16,7 +16,7 @@ RUN apt-get -o DPkg::Lock::Timeout=600 update \
       apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends \
         libgrpc++1.51 libprotobuf32 libthrift-0.17.0 libboost-program-options1.74.0 \
         libnanomsg5 libpcap0.8 libgmp10 libjsoncpp25 libxxhash0 python3-thrift \
-        cpp libboost-iostreams1.74.0; \
+        gcc libboost-iostreams1.74.0; \
     fi \
  && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \
  && printf '%s\n' 'PermitRootLogin prohibit-password' 'PermitTunnel yes' 'UseDNS no' \
