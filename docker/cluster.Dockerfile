@@ -5,8 +5,8 @@
 #
 # BMV2=1 (docker/cluster.sh sets it when this machine has BMv2): also the Debian
 # runtime libraries of a BMv2 and p4c built on Debian 12, python3-thrift for
-# simple_switch_CLI and gcc (p4c preprocesses with cc). BMv2 and p4c themselves are not installed: the
-# test bind-mounts this machine's build read-only at run time.
+# simple_switch_CLI and gcc (p4c preprocesses with cc). BMv2 and p4c themselves are
+# not installed: the test bind-mounts this machine's build read-only at run time.
 FROM qaina-bench:cluster-base
 ARG BMV2=0
 RUN apt-get -o DPkg::Lock::Timeout=600 update \
