@@ -92,6 +92,7 @@ for s in "${SERVERS[@]}"; do
   docker exec "$s" sh -c 'chown root:root /root/.ssh/* && chmod 600 /root/.ssh/*'
 done
 A=(docker exec -w /opt/qaina-bench qb-a)
+AI=(docker exec -i -w /opt/qaina-bench qb-a)  # with stdin: the checks read their script from it
 for _ in $(seq 50); do "${A[@]}" ssh -o BatchMode=yes qb-c true 2>/dev/null && break; sleep 0.2; done
 
 say "doctor --cluster"
@@ -103,7 +104,7 @@ flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhos
   --results-dir /results --run-id cluster ${QB_CLUSTER_ARGS:-}
 
 say "checking: placement, exact sums, nothing left"
-"${A[@]}" .venv/bin/python - <<'CHECK'
+"${AI[@]}" .venv/bin/python - <<'CHECK'
 import json, sys
 from pathlib import Path
 sys.path.insert(0, "tests")
@@ -149,7 +150,7 @@ if [ "$bmv2" = yes ]; then
   flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
     --target bmv2 --topo leafspine --jobs 1 --workers 4 --iterations 2 --record-levels \
     --results-dir /results --run-id cluster-bmv2
-  "${A[@]}" .venv/bin/python - <<'CHECK'
+  "${AI[@]}" .venv/bin/python - <<'CHECK'
 import json, sys
 from pathlib import Path
 sys.path.insert(0, "tests")
