@@ -93,7 +93,9 @@ for s in "${SERVERS[@]}"; do
 done
 A=(docker exec -w /opt/qaina-bench qb-a)
 AI=(docker exec -i -w /opt/qaina-bench qb-a)  # with stdin: the checks read their script from it
-for _ in $(seq 50); do "${A[@]}" ssh -o BatchMode=yes qb-c true 2>/dev/null && break; sleep 0.2; done
+for s in "${SERVERS[@]:1}"; do  # every server's sshd up (a loaded machine is slow)
+  for _ in $(seq 100); do "${A[@]}" ssh -o BatchMode=yes "$s" true 2>/dev/null && break; sleep 0.2; done
+done
 
 say "doctor --cluster"
 "${A[@]}" .venv/bin/qaina-bench doctor --cluster localhost,qb-b,qb-c | grep -E "qb-|localhost"
