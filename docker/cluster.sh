@@ -14,6 +14,11 @@
 #   and its hosts on qb-b, the spines on qb-c, the leaf-spine links ssh -w tunnels;
 #   what the remote switches and agents write comes back to qb-a over ssh, and the
 #   result set there must hold all of it, with nothing of it left on qb-b or qb-c.
+# * where this machine has BMv2 and p4c on PATH, the same run with --target bmv2
+#   (BMv2 switches on every server): the containers get this machine's build
+#   bind-mounted read-only (simple_switch_grpc, simple_switch_CLI, p4c, p4c-bm2-ss,
+#   /usr/local/lib, /usr/local/share/p4c) and the image BMv2's Debian runtime
+#   libraries; the kill -9 case then runs BMv2 too. Elsewhere it says why it skips.
 # Run as root: make cluster-test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,10 +44,29 @@ need_root_and ssh-keygen:openssh-client
 daemon_start
 base_image
 
+# This machine's BMv2 build, read-only in every container (nothing of it is copied
+# into an image), or why the BMv2 scenario is skipped.
+bmv2= bmv2_mounts=() held_target=embedded
+for tool in simple_switch_grpc simple_switch_CLI p4c p4c-bm2-ss; do
+  command -v "$tool" >/dev/null || { bmv2="skipped: $tool is not on PATH here"; break; }
+done
+if [ -z "$bmv2" ] && [ "$(dirname "$(command -v simple_switch_grpc)")" != /usr/local/bin ]; then
+  bmv2="skipped: this BMv2 is not a /usr/local build ($(command -v simple_switch_grpc))"
+fi
+if [ -z "$bmv2" ]; then
+  bmv2=yes held_target=bmv2
+  bmv2_mounts=(-v /usr/local/bin/simple_switch_grpc:/opt/bmv2/simple_switch_grpc:ro
+               -v /usr/local/lib:/usr/local/lib:ro -v /usr/local/share/p4c:/usr/local/share/p4c:ro)
+  for tool in simple_switch_CLI p4c p4c-bm2-ss; do
+    bmv2_mounts+=(-v "/usr/local/bin/$tool:/usr/local/bin/$tool:ro")
+  done
+fi
+
 say "building $BASE and $IMAGE"
 docker build --network host -t "$BASE" . >"$work/build.log" 2>&1 \
   || { tail -n 30 "$work/build.log" >&2; exit 1; }
-docker build --network host -t "$IMAGE" -f docker/cluster.Dockerfile docker \
+docker build --network host -t "$IMAGE" -f docker/cluster.Dockerfile \
+  --build-arg BMV2=$([ "$bmv2" = yes ] && echo 1 || echo 0) docker \
   >>"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log" >&2; exit 1; }
 
 say "three servers on the internal network $NET ($SUBNET)"
@@ -59,14 +83,20 @@ for s in "${SERVERS[@]}"; do
   docker run -d --name "$s" --hostname "$s" --network "$NET" \
     --cap-add=NET_ADMIN --cap-add=SYS_ADMIN --device /dev/net/tun \
     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
-    "$IMAGE" >/dev/null
+    "${bmv2_mounts[@]}" "$IMAGE" >/dev/null
+  if [ "$bmv2" = yes ]; then  # on PATH by a link (the test removes it from one server)
+    docker exec "$s" sh -c 'ln -s /opt/bmv2/simple_switch_grpc /usr/local/bin/ && ldconfig -X'
+  fi
   docker cp "$work/key/id_ed25519" "$s:/root/.ssh/id_ed25519"
   docker cp "$work/key/id_ed25519.pub" "$s:/root/.ssh/authorized_keys"
   docker cp "$work/key/config" "$s:/root/.ssh/config"
   docker exec "$s" sh -c 'chown root:root /root/.ssh/* && chmod 600 /root/.ssh/*'
 done
 A=(docker exec -w /opt/qaina-bench qb-a)
-for _ in $(seq 50); do "${A[@]}" ssh -o BatchMode=yes qb-c true 2>/dev/null && break; sleep 0.2; done
+AI=(docker exec -i -w /opt/qaina-bench qb-a)  # with stdin: the checks read their script from it
+for s in "${SERVERS[@]:1}"; do  # every server's sshd up (a loaded machine is slow)
+  for _ in $(seq 100); do "${A[@]}" ssh -o BatchMode=yes "$s" true 2>/dev/null && break; sleep 0.2; done
+done
 
 say "doctor --cluster"
 "${A[@]}" .venv/bin/qaina-bench doctor --cluster localhost,qb-b,qb-c | grep -E "qb-|localhost"
@@ -77,8 +107,7 @@ flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhos
   --results-dir /results --run-id cluster ${QB_CLUSTER_ARGS:-}
 
 say "checking: placement, exact sums, nothing left"
-# -i: the check is the script on stdin
-docker exec -i -w /opt/qaina-bench qb-a .venv/bin/python - <<'CHECK'
+"${AI[@]}" .venv/bin/python - <<'CHECK'
 import json, sys
 from pathlib import Path
 sys.path.insert(0, "tests")
@@ -123,10 +152,12 @@ nothing_left() {
       | grep -vxE 'lo|eth0' || true)
     procs=$(docker exec "$s" ps -eo pid=,args= \
       | grep -E 'mnexec|qaina_bench|qaina-bench|ssh .*-w|bash --norc' | grep -v grep || true)
+    procs=$procs$(docker exec "$s" ps -eo pid=,args= | grep simple_switch | grep -v grep || true)
     records=$(docker exec "$s" sh -c 'ls /run/qaina-bench/*.json 2>/dev/null' || true)
     if [ "$s" != qb-a ]; then  # the run's directory lives on qb-a only
       records="$records$(docker exec "$s" sh -c 'ls -d /results 2>/dev/null' || true)"
     fi
+    records=$records$(docker exec "$s" sh -c 'nft list tables 2>/dev/null | grep qaina_' || true)
     if [ -n "$links$procs$records" ]; then
       left=1; echo "  left on $s ($1): ${links//$'\n'/ } ${procs//$'\n'/; } $records" >&2
     fi
@@ -137,10 +168,80 @@ nothing_left() {
 }
 nothing_left "after the run"
 
-say "kill -9 of a held run, then qaina-bench clean on qb-a"
+if [ "$bmv2" = yes ]; then
+  say "BMv2: doctor --cluster --target bmv2"
+  "${A[@]}" .venv/bin/qaina-bench doctor --cluster localhost,qb-b,qb-c --target bmv2 \
+    | grep -E "qb-.*(BMv2|simple_switch_CLI|nft)"
+  say "BMv2: a leaf-spine run, 1 job x 4 workers, BMv2 switches on the three servers"
+  flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
+    --target bmv2 --topo leafspine --jobs 1 --workers 4 --iterations 2 --record-levels \
+    --results-dir /results --run-id cluster-bmv2
+  "${AI[@]}" .venv/bin/python - <<'CHECK'
+import json, sys
+from pathlib import Path
+sys.path.insert(0, "tests")
+from testbed_lab import check_exact_aggregates
+run = Path("/results/cluster-bmv2")
+summary = json.loads((run / "summary.json").read_text())
+assert summary["complete"], summary["status"]
+check_exact_aggregates(run, summary)
+where = json.loads((run / "logs" / "placement.json").read_text())
+assert (where["lf1"], where["lf2"], where["sp1"]) == ("localhost", "qb-b", "qb-c"), where
+for sw in ("lf1", "lf2", "sp1", "sp2"):  # each switch's log is simple_switch_grpc's
+    text = (run / "logs" / f"{sw}.log").read_text()
+    assert "Adding interface" in text, (sw, text[-500:])
+print(f"  exact sums on BMv2: {len(summary['jobs'])} job x {summary['iterations']} "
+      f"iterations; placement {where}")
+CHECK
+  nothing_left "after the BMv2 run"
+  say "BMv2: doctor and up against a server without simple_switch_grpc"
+  docker exec qb-c rm /usr/local/bin/simple_switch_grpc
+  out=$("${A[@]}" .venv/bin/qaina-bench doctor --cluster localhost,qb-c --target bmv2 || true)
+  echo "$out" | grep "^NO  qb-c: BMv2: simple_switch_grpc not on PATH" || exit 1
+  out=$("${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-c --target bmv2 \
+    --results-dir /results 2>&1 && exit 1 || true)
+  echo "  up: $out"
+  [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "qb-c: simple_switch_grpc not" \
+    || exit 1
+  docker exec qb-c ln -s /opt/bmv2/simple_switch_grpc /usr/local/bin/
+else
+  say "BMv2 scenario $bmv2"
+fi
+
+# While the BMv2 run is held: each remote BMv2's Thrift port refuses qb-a, and the
+# harness's Thrift CLI (over ssh, to that server's loopback) reads its registers.
+cat >"$work/thrift_check.py" <<'CHECK'
+import json, re, socket, sys
+from qaina_bench.harness.running.cluster import Server
+from qaina_bench.harness.running.remotebmv2 import RemoteBMv2Target
+rec = json.load(open(f"/run/qaina-bench/{sys.argv[1]}.json"))
+remote = 0
+for entry in rec["ports"]:
+    m = re.fullmatch(r"Thrift of (\S+) on (\S+)", entry["what"])
+    if not m:
+        continue
+    name, server = m.groups()
+    try:
+        socket.create_connection((server, entry["port"]), timeout=5).close()
+        sys.exit(f"{name}'s Thrift port {entry['port']} on {server} is open to qb-a")
+    except ConnectionRefusedError:
+        pass
+    target = RemoteBMv2Target(name, {}, 0, 0, "/dev/null", thrift_port=entry["port"],
+                              server=Server(server))
+    cells = target.register_read("MyIngress.agg_count")
+    assert len(cells) > 0, cells
+    remote += 1
+assert remote == 3, rec["ports"]  # lf2 on qb-b, sp1 and sp2 on qb-c
+print(f"  {remote} remote BMv2 Thrift ports: closed to qb-a, registers read over ssh")
+CHECK
+docker cp "$work/thrift_check.py" qb-a:/tmp/thrift_check.py
+export held_target
+
+say "kill -9 of a held run ($held_target switches), then qaina-bench clean on qb-a"
 flock /tmp/qb-mininet.lock sh -c '
   docker exec -d -w /opt/qaina-bench qb-a .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
-    --topo leafspine --jobs 1 --workers 2 --iterations 1 --results-dir /results --run-id held --hold
+    --topo leafspine --jobs 1 --workers 2 --iterations 1 --results-dir /results --run-id held --hold \
+    --target '"$held_target"'
   for _ in $(seq 600); do
     docker exec qb-a grep -qs "held" /results/held/logs/agent-j1w1.log 2>/dev/null && break
     docker exec qb-a sh -c "grep -qs \"switch sp1\" /run/qaina-bench/held.json" && \
@@ -148,6 +249,9 @@ flock /tmp/qb-mininet.lock sh -c '
     sleep 0.2
   done
   sleep 3
+  if [ "$held_target" = bmv2 ]; then
+    docker exec -w /opt/qaina-bench qb-a .venv/bin/python /tmp/thrift_check.py held || exit 1
+  fi
   owner=$(docker exec qb-a .venv/bin/python -c "import json; print(json.load(open(\"/run/qaina-bench/held.json\"))[\"owner\"])")
   docker exec qb-a kill -9 "$owner"
   sleep 1

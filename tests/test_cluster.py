@@ -152,3 +152,122 @@ def test_a_records_part_on_a_server_is_removed_there_by_the_remote_helper(tmp_pa
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def bmv2_facts(path: str) -> dict:
+    """What the probe that ``doctor --cluster --target bmv2`` runs on a server says,
+    run on this machine with ``path`` as PATH."""
+    import os
+    from qaina_bench.harness.running.clustercheck import probe
+    old = os.environ["PATH"]
+    os.environ["PATH"] = path
+    try:
+        facts = probe(Server("localhost"), bmv2=True)
+    finally:
+        os.environ["PATH"] = old
+    assert isinstance(facts, dict), facts
+    return facts
+
+
+def test_doctor_says_in_one_line_that_a_server_has_no_bmv2():
+    from qaina_bench.harness.running.clustercheck import bmv2_checks
+    checks = bmv2_checks("node2", bmv2_facts("/usr/bin:/bin"))
+    assert [(what, ok) for what, ok, _ in checks] == [("node2: BMv2", False)]
+    assert "simple_switch_grpc not on PATH there" in checks[0][2]
+
+
+def test_doctor_says_that_a_bmv2_that_cannot_load_its_libraries_does_not_run(tmp_path):
+    from qaina_bench.harness.running.clustercheck import bmv2_checks
+    fake = tmp_path / "simple_switch_grpc"  # fails as the loader does without a library
+    fake.write_text("#!/bin/sh\necho 'simple_switch_grpc: error while loading shared "
+                    "libraries: libbmpi.so.0: cannot open shared object file' >&2\nexit 127\n")
+    fake.chmod(0o755)
+    checks = bmv2_checks("node2", bmv2_facts(f"{tmp_path}:/usr/bin:/bin"))
+    assert len(checks) == 1 and not checks[0][1]
+    assert f"{fake} does not run there" in checks[0][2]
+    assert "libbmpi.so.0" in checks[0][2]
+
+
+@pytest.mark.skipif(shutil.which("simple_switch_grpc") is None,
+                    reason="simple_switch_grpc not on PATH")
+def test_doctor_gives_the_version_of_a_bmv2_that_runs():
+    import os
+    from qaina_bench.harness.running.clustercheck import bmv2_checks
+    checks = bmv2_checks("node2", bmv2_facts(os.environ["PATH"]))
+    version = subprocess.run(["simple_switch_grpc", "--version"], capture_output=True,
+                             text=True).stdout.strip().splitlines()[0]
+    assert checks[0] == (f"node2: BMv2 {version}", True, "")
+    assert [ok for _, ok, _ in checks[1:]] == [shutil.which("simple_switch_CLI") is not None,
+                                              shutil.which("nft") is not None]
+
+
+@pytest.mark.root
+@pytest.mark.skipif(shutil.which("nft") is None, reason="nft missing")
+def test_a_remote_thrift_guard_is_made_on_its_server_and_removed_there_by_the_record(
+        tmp_path):
+    """The guard of a remote BMv2's Thrift port is made through the server's shell
+    (here this machine, reached without ssh), listed under the server in the record,
+    and removed there by ``remote remove``."""
+    from qaina_bench.harness.running.record import RunRecord
+    from qaina_bench.harness.running.remotebmv2 import RemoteThriftGuard
+    from qaina_bench.harness.switches.firewall import table_exists
+    guard = RemoteThriftGuard(1, Server("localhost"))  # port 1: nothing listens there
+    rec = RunRecord("cluster-guard", tmp_path)
+    rec.add_remote_nft_table("localhost", "root", guard.family, guard.table)
+    try:
+        guard.close_port()
+        assert guard.exists() and table_exists(guard.family, guard.table)
+        assert f"localhost: nftables table inet {guard.table}" in rec.leftovers(wait=0)
+        assert f"localhost: deleted nftables table inet {guard.table}" in \
+            rec.remove_resources()
+        assert not guard.exists() and rec.leftovers(wait=0) == []
+    finally:
+        guard.remove()
+
+
+def test_a_server_without_nft_refuses_a_remote_bmv2_in_one_line(monkeypatch):
+    from qaina_bench.harness.running.remotebmv2 import RemoteThriftGuard
+    from qaina_bench.harness.switches.firewall import FirewallError
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # nft is in /usr/sbin
+    with pytest.raises(FirewallError, match=r"^localhost has no nft: BMv2 there needs it"):
+        RemoteThriftGuard(1, Server("localhost")).close_port()
+
+
+@pytest.mark.root
+@pytest.mark.skipif(shutil.which("simple_switch_grpc") is None or shutil.which("nft") is None,
+                    reason="BMv2 or nft missing")
+def test_a_remote_bmv2_started_through_remote_launch_is_programmed_read_and_stopped(tmp_path):
+    """``RemoteBMv2Target`` as ``ClusterSwitch`` runs it on a server, the server being
+    this machine (reached without ssh): its guard made there, the switch started by
+    ``remote launch``, programmed over P4Runtime, its registers read through its
+    Thrift CLI there; stopping it removes the guard and its notifications socket."""
+    import os
+    import signal
+    import sys
+    from qaina_bench.harness.running.remote import free_port
+    from qaina_bench.harness.running.remotebmv2 import RemoteBMv2Target
+    from qaina_bench.harness.switches.control import SwitchConnection
+    target = RemoteBMv2Target("rsw", {}, free_port(), 41, tmp_path / "rsw.log",
+                              thrift_port=free_port(), server=Server("localhost"))
+    target.guard.close_port()
+    cmd = [sys.executable, "-m", "qaina_bench.harness.running.remote", "launch",
+           "--log", str(target.log_path), "--"] + target.command()
+    target.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+    pid = json.loads(target.proc.stdout.readline())["pid"]
+    conn = SwitchConnection("rsw", target.grpc_addr, 41)
+    try:
+        assert target.guard.exists()
+        target.wait_ready(conn, 20)
+        conn.arbitrate()
+        conn.set_pipeline(target.device_config())
+        cells = target.register_read("MyIngress.agg_count")
+        assert cells and set(cells) == {0}
+    finally:
+        conn.close()
+        if target.proc.poll() is None:
+            os.kill(pid, signal.SIGTERM)
+        target.stop()
+    assert target.proc.poll() is not None
+    assert not target.guard.exists()
+    assert not os.path.exists(target.notifications[len("ipc://"):])

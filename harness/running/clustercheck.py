@@ -1,7 +1,9 @@
 """Whether the servers of ``--cluster`` can take a run: ``qaina-bench doctor --cluster``
 and ``up --cluster`` ask every server, in one ssh session each, whether it is reached
 by ssh without a password, as root, with Mininet, a tun device and an sshd that allows
-tunnels, and the project (the same version, at the same path as here)."""
+tunnels, and the project (the same version, at the same path as here); with
+``--target bmv2`` also whether ``simple_switch_grpc`` is on PATH there and runs, with
+``simple_switch_CLI`` and nft beside it."""
 
 from __future__ import annotations
 
@@ -17,13 +19,39 @@ from .cluster import Cluster, Server
 PROBE = ("echo uid=$(id -u); echo mnexec=$(command -v mnexec); "
          "echo tun=$(test -c /dev/net/tun && echo yes); "
          "echo tunnel=$(sshd -T 2>/dev/null | sed -n 's/^permittunnel //p'); "
-         "echo version=$({python} -m qaina_bench.harness.running.remote version 2>/dev/null)")
+         "echo version=$({python} -m qaina_bench.harness.running.remote version 2>/dev/null)"
+         "{bmv2}")
+# BMv2 asked for (--target bmv2): where simple_switch_grpc is, and its --version's first
+# line or, when it does not run (a library missing), the first line of its error
+BMV2_PROBE = ("; echo bmv2=$(command -v simple_switch_grpc); "
+              "echo bmv2run=$(simple_switch_grpc --version 2>&1 | head -n 1); "
+              "echo bmv2ok=$(simple_switch_grpc --version >/dev/null 2>&1 && echo yes); "
+              "echo nft=$(command -v nft); echo bmv2cli=$(command -v simple_switch_CLI)")
 
 
-def probe(server: Server, timeout: float = 20) -> dict | str:
-    """What ``server`` says about itself, or why it did not answer (one line)."""
+def bmv2_checks(name: str, facts: dict) -> list[tuple[str, bool, str]]:
+    """(what, ok, how to fix) for BMv2 on server ``name``, from what it said."""
+    where = f"{name}:"
+    if not facts.get("bmv2"):
+        return [(f"{where} BMv2", False, "simple_switch_grpc not on PATH there: install "
+                 "BMv2 there, or use --target embedded")]
+    if facts.get("bmv2ok") != "yes":
+        return [(f"{where} BMv2", False, f"{facts['bmv2']} does not run there "
+                 f"(`simple_switch_grpc --version`: {facts.get('bmv2run') or 'no output'})")]
+    return [(f"{where} BMv2 {facts.get('bmv2run', '')}".rstrip(), True, ""),
+            (f"{where} simple_switch_CLI", bool(facts.get("bmv2cli")),
+             "simple_switch_CLI not on PATH there (BMv2's Thrift CLI: registers, resets)"),
+            (f"{where} nft", bool(facts.get("nft")),
+             "nft not found: apt-get install nftables there (keeps BMv2's Thrift port "
+             "for that server's loopback)")]
+
+
+def probe(server: Server, timeout: float = 20, bmv2: bool = False) -> dict | str:
+    """What ``server`` says about itself (about BMv2 too with ``bmv2``), or why it
+    did not answer (one line)."""
+    script = PROBE.format(python=sys.executable, bmv2=BMV2_PROBE if bmv2 else "")
     try:
-        res = subprocess.run(server.ssh("sh", "-c", PROBE.format(python=sys.executable)),
+        res = subprocess.run(server.ssh("sh", "-c", script),
                              capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"no answer by ssh within {timeout:.0f} s"
@@ -40,7 +68,7 @@ def check_server(server: Server, target: str = "embedded") -> list[tuple[str, bo
     where = f"{server.name}:"
     if server.local:
         return [(f"{where} this machine", True, "")]
-    facts = probe(server)
+    facts = probe(server, bmv2=target == "bmv2")
     if isinstance(facts, str):
         return [(f"{where} ssh", False, f"{facts}; set up key login (README \"Running on a "
                  "cluster\")")]
@@ -60,8 +88,7 @@ def check_server(server: Server, target: str = "embedded") -> list[tuple[str, bo
              if facts.get("version") else
              f"no qaina-bench at {sys.executable}: install the project at the same path"))]
     if target == "bmv2":
-        out.append((f"{where} BMv2", False, "switches on other servers run the embedded "
-                    "target only: place every switch here (pin) or use --target embedded"))
+        out += bmv2_checks(server.name, facts)
     return out
 
 

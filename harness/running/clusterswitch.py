@@ -1,18 +1,22 @@
 """The QAINA switch on a server of a cluster (``--cluster``).
 
 ``ClusterSwitch`` is ``QainaSwitch`` on Mininet's ``RemoteMixin``: on this machine it
-is the plain switch; on another server its switch program (the embedded switch) is
-started there through ``remote launch``, listens for P4Runtime on the server's address
-at a port that server chose, and is recorded, and stopped, by its PID there.
+is the plain switch; on another server its switch program (the embedded switch or
+BMv2's ``simple_switch_grpc``) is started there through ``remote launch``, listens for
+P4Runtime on the server's address at a port that server chose, and is recorded, and
+stopped, by its PID there. A remote BMv2's Thrift port (also chosen there) is kept for
+that server's loopback by an nftables table made there, recorded under the server.
 """
 
 from __future__ import annotations
 
 import sys
 
-from ..switches.targets import make_target
-from .cluster import ClusterNode
+from ..switches.firewall import FirewallError
+from ..switches.targets import TargetError, make_target
+from .cluster import ClusterNode, Server
 from .network import QainaSwitch, quiet_interface
+from .remotebmv2 import RemoteBMv2Target
 
 
 class ClusterSwitch(ClusterNode, QainaSwitch):
@@ -23,28 +27,66 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
     def start(self, controllers):
         if not self.isRemote:
             return QainaSwitch.start(self, controllers)
-        if self.target_kind != "embedded":
-            raise RuntimeError(f"{self.name} on {self.server}: a switch on another server "
-                               "runs the embedded target only (BMv2 runs on this machine)")
         interfaces = {self.ports[intf]: intf.name for intf in self.intfList()
                       if intf.name != "lo"}
         for ifname in interfaces.values():
             quiet_interface(ifname, run=lambda cmd, **kw: self.cmd(" ".join(cmd)))
-        port = int(self.cmd(f"{sys.executable} -m qaina_bench.harness.running.remote port")
-                   .strip().splitlines()[-1])
-        self.target = make_target(self.target_kind, self.name, interfaces, port,
-                                  self.device_id, self.log_dir / f"{self.name}.log",
-                                  words=self.words)
+        port, thrift_port = self._remote_ports()
+        log = self.log_dir / f"{self.name}.log"
+        if self.target_kind == "bmv2":
+            self.target = RemoteBMv2Target(self.name, interfaces, port, self.device_id, log,
+                                           thrift_port=thrift_port, words=self.words,
+                                           log_packets=self.log_packets,
+                                           server=Server(self.server, self.user))
+        else:
+            self.target = make_target(self.target_kind, self.name, interfaces, port,
+                                      self.device_id, log, words=self.words)
         self.target.grpc_addr = f"{self.serverIP}:{port}"
-        popen, pid, started = self.launch(self.target.command(), self.target.log_path)
+        self._record_switch(port, thrift_port)
+        guard = getattr(self.target, "guard", None)
+        if guard is not None:
+            try:
+                guard.close_port()
+            except FirewallError as exc:
+                raise TargetError(f"{self.name}: {exc}") from None
+        try:
+            popen, pid, started = self.launch(self.target.command(), self.target.log_path)
+        except BaseException:
+            if guard is not None:
+                guard.remove()
+            raise
         self.target.proc = popen  # the ssh session: it ends when the switch does
         self.remote_pid = pid
         if self.record is not None:
-            self.record.add_switch(self.name, self.target.grpc_addr, self.device_id,
-                                   self.target_kind)
             self.record.add_process(popen.pid, f"ssh to switch {self.name} on {self.server}")
             self.record.add_remote_process(self.server, self.user, pid, started,
                                            f"switch {self.name}")
+
+    def _remote_ports(self) -> tuple[int, int | None]:
+        """Free ports of the server: P4Runtime's, and BMv2's Thrift (a different one;
+        None for the embedded switch)."""
+        ports: list[int] = []
+        while len(ports) < (2 if self.target_kind == "bmv2" else 1):
+            out = self.cmd(f"{sys.executable} -m qaina_bench.harness.running.remote port")
+            port = int(out.strip().splitlines()[-1])
+            if port not in ports:
+                ports.append(port)
+        return ports[0], (ports[1:] or [None])[0]
+
+    def _record_switch(self, port: int, thrift_port: int | None):
+        """The switch's address and ports in the run record; for BMv2 the guard table
+        on its server too (listed before it is made)."""
+        if self.record is None:
+            return
+        self.record.add_switch(self.name, self.target.grpc_addr, self.device_id,
+                               self.target_kind)
+        self.record.add_port(port, f"P4Runtime of {self.name} on {self.server}")
+        if self.target_kind == "bmv2":
+            self.record.add_port(thrift_port, f"Thrift of {self.name} on {self.server}")
+            guard = self.target.guard
+            self.record.add_remote_nft_table(self.server, self.user, guard.family,
+                                             guard.table)
+        self.record.save()
 
     def stop(self, deleteIntfs=True):
         if self.remote_pid is not None:

@@ -103,6 +103,15 @@ class RunRecord:
         part = self.data.get("servers", {}).get(server, {})
         part["directories"] = [d for d in part.get("directories", []) if d["path"] != path]
 
+    def add_remote_nft_table(self, server: str, user: str, family: str, name: str):
+        """An nftables table the run adds on another server (listed before it is made,
+        e.g. the guard of a remote BMv2's Thrift port)."""
+        listed = self._server(server, user).setdefault("nft_tables", [])
+        entry = {"family": family, "name": name}
+        if entry not in listed:
+            listed.append(entry)
+        self.save()
+
     def _on_servers(self, action: str) -> list[str]:
         """``remove`` or ``leftovers`` of what the record lists on other servers; on
         removal, the run's directory there is copied back here first."""

@@ -4,7 +4,8 @@
   become CMD (same PID) with its output appended to PATH;
 * ``port``: a free TCP port of the server;
 * ``remove`` / ``leftovers``: a run record's part for this server (JSON on stdin:
-  ``processes``, ``interfaces``) removed, or what of it still exists, one line each;
+  ``processes``, ``interfaces``, ``nft_tables``) removed, or what of it still
+  exists, one line each;
 * ``follow DIR``: the run's directory on a server that does not share it (see
   ``harness/running/rundir.py``): made, then every file added or grown under it sent
   on stdout while files sent on stdin are written there, until stdin ends;
@@ -52,7 +53,8 @@ def record_part(action: str) -> int:
     entry = json.loads(sys.stdin.read() or "{}")
     rec = RunRecord.__new__(RunRecord)
     rec.data = {"processes": entry.get("processes", []),
-                "interfaces": entry.get("interfaces", []), "nft_tables": [], "cgroups": []}
+                "interfaces": entry.get("interfaces", []),
+                "nft_tables": entry.get("nft_tables", []), "cgroups": []}
     lines = rec.remove_resources() if action == "remove" else rec.leftovers(wait=1.0)
     for line in lines:
         print(line)

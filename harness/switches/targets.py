@@ -256,6 +256,10 @@ class BMv2Target(SwitchProcess):
         reason = bmv2_missing()
         if reason:
             raise TargetError(reason)
+        return self.switch_command()
+
+    def switch_command(self) -> list[str]:
+        """The ``simple_switch_grpc`` command line of this switch."""
         cmd = ["simple_switch_grpc", "--no-p4", "--device-id", str(self.device_id),
                "--thrift-port", str(self.thrift_port),
                "--notifications-addr", self.notifications]
@@ -292,13 +296,16 @@ class BMv2Target(SwitchProcess):
     def cli(self, commands: list[str]) -> str:
         """Run ``simple_switch_CLI`` commands on this switch (Thrift); returns its output."""
         try:
-            res = subprocess.run(["simple_switch_CLI", "--thrift-ip", "127.0.0.1",
-                                  "--thrift-port", str(self.thrift_port)],
-                                 input="\n".join(commands) + "\n", capture_output=True,
-                                 text=True, timeout=60)
+            res = subprocess.run(self.cli_command(), input="\n".join(commands) + "\n",
+                                 capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise TargetError(f"{self.name}: simple_switch_CLI failed: {exc}") from None
         return res.stdout + res.stderr
+
+    def cli_command(self) -> list[str]:
+        """``simple_switch_CLI`` on this switch's Thrift port, over loopback."""
+        return ["simple_switch_CLI", "--thrift-ip", "127.0.0.1",
+                "--thrift-port", str(self.thrift_port)]
 
     def registers(self, conn):
         """BMv2's P4Runtime server neither reads nor writes registers: its Thrift
