@@ -101,9 +101,10 @@ done
 say "doctor --cluster"
 "${A[@]}" .venv/bin/qaina-bench doctor --cluster localhost,qb-b,qb-c | grep -E "qb-|localhost"
 
-say "a leaf-spine run, 2 jobs x 4 workers, over the three servers"
+say "a leaf-spine run, 2 jobs x 4 workers, over the three servers, 2% loss on every link"
+# (the kernel has no netem: the loss is nftables rules on every server, tunnels included)
 flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
-  --topo leafspine --jobs 2 --workers 4 --iterations 2 --record-levels \
+  --topo leafspine --jobs 2 --workers 4 --iterations 2 --record-levels --loss 2 \
   --results-dir /results --run-id cluster ${QB_CLUSTER_ARGS:-}
 
 say "checking: placement, exact sums, nothing left"
@@ -120,8 +121,10 @@ where = json.loads((run / "logs" / "placement.json").read_text())
 assert where["lf1"] == "localhost" and where["lf2"] == "qb-b", where
 assert where["sp1"] == where["sp2"] == "qb-c", where
 assert all(where[f"h{i}"] == ("localhost" if i % 2 else "qb-b") for i in range(1, 9)), where
-print(f"  exact sums: {len(summary['jobs'])} jobs x {summary['iterations']} iterations; "
-      f"placement {where}")
+retx = sum(j["retransmissions"] for j in summary["jobs"])
+assert summary["links"]["loss_percent"] == 2.0 and retx > 0, (summary["links"], retx)
+print(f"  exact sums: {len(summary['jobs'])} jobs x {summary['iterations']} iterations "
+      f"({retx} retransmissions at 2% loss); placement {where}")
 # every agent's records and log (empty unless it failed), every switch's log and port
 # counters (written as it stopped), from whichever server ran it
 agents = [f"j{j}w{w}" for j in (1, 2) for w in range(4)]

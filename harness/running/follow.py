@@ -16,7 +16,6 @@ import json
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 
 INTERVAL = 0.05

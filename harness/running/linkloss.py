@@ -16,6 +16,7 @@ replacement: without netem, ``--delay`` is refused.
 
 from __future__ import annotations
 
+import base64
 import functools
 import os
 import shutil
@@ -65,7 +66,13 @@ def loss_rules(table: str, ifname: str, percent: float) -> list[str]:
 def apply_loss(node, ifname: str, percent: float, table: str):
     """Add the loss rules for ``ifname`` in ``node``'s network namespace."""
     script = "\n".join(loss_rules(table, ifname, percent)) + "\n"
-    if node.inNamespace:
+    if getattr(node, "isRemote", False):  # its shell runs on another server: the rules
+        # go through it on one line (no temporary file there, no here-document)
+        encoded = base64.b64encode(script.encode()).decode()
+        out = node.cmd(f"echo {encoded} | base64 -d | nft -f - && echo nft-ok")
+        if "nft-ok" not in out:
+            raise OSError(f"nft on {node.server} {node.name}/{ifname}: {out.strip()}")
+    elif node.inNamespace:
         with tempfile.NamedTemporaryFile("w", suffix=".nft", prefix="qaina-loss-") as f:
             f.write(script)
             f.flush()

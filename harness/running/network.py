@@ -157,6 +157,17 @@ class Testbed:
         self.remote_procs: list[tuple] = []  # (node, PID) started on other servers
         self.remote_pids: dict[int, tuple] = {}  # their ssh session's PID -> (server, PID)
 
+    # -- link loss on other servers ------------------------------------------------------
+    def _loss_servers(self) -> list:
+        """The other servers of the cluster: each gets the loss table for its ends."""
+        return list(self.cluster.remote) if self.cluster is not None else []
+
+    def _remove_remote_loss(self):
+        from .cluster import remote_resources
+        entry = {"nft_tables": [{"family": "netdev", "name": self.loss_table}]}
+        for server in self._loss_servers():
+            remote_resources(server, "remove", entry)
+
     # -- bring-up ----------------------------------------------------------------------
     def start(self, ready_timeout: float = 30.0):
         switch = partial(QainaSwitch, target=self.target, log_dir=self.log_dir,
@@ -192,6 +203,9 @@ class Testbed:
                 quiet_interface(intf.name, run=lambda cmd, **kw: h.cmd(" ".join(cmd)))
         if self.nft_loss:
             self.record.add_nft_table("netdev", self.loss_table)
+            for server in self._loss_servers():
+                self.record.add_remote_nft_table(server.name, server.user, "netdev",
+                                                 self.loss_table)
             self.record.save()
             for link in self.net.links:
                 for intf in (link.intf1, link.intf2):
@@ -542,6 +556,7 @@ class Testbed:
             self.net = None
         if self.nft_loss:
             remove_table(self.loss_table)
+            self._remove_remote_loss()
         if self.mininet_log is not None:
             self.mininet_log.close()
             self.mininet_log = None
