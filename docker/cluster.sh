@@ -283,11 +283,16 @@ flock /tmp/qb-mininet.lock sh -c '
 nothing_left "after Ctrl-C"
 docker exec qb-a test -s /results/ctrlc/logs/sp1.log || { echo "  ctrlc: sp1.log not gathered" >&2; exit 1; }
 
-if [ -n "${QB_CLUSTER_SCALE:-}" ]; then  # e.g. QB_CLUSTER_SCALE="4 8 16 32"
+# e.g. QB_CLUSTER_SCALE="4 8 16 32" QB_CLUSTER_SCALE_REPEAT=3 QB_CLUSTER_SCALE_CSV=scale.csv
+if [ -n "${QB_CLUSTER_SCALE:-}" ]; then
   say "bench scale over the three servers: workers $QB_CLUSTER_SCALE"
   flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench bench scale \
     $(printf -- '--workers %s ' $QB_CLUSTER_SCALE) --cluster localhost,qb-b,qb-c \
-    --results-dir /results/scale
+    --repeat "${QB_CLUSTER_SCALE_REPEAT:-1}" --results-dir /results/scale \
+    --csv /results/scale.csv
+  if [ -n "${QB_CLUSTER_SCALE_CSV:-}" ]; then
+    docker cp qb-a:/results/scale.csv "$QB_CLUSTER_SCALE_CSV"
+  fi
 fi
 say "doctor and up against a server without the project and a stopped one"
 docker exec qb-c mv /opt/qaina-bench/.venv /opt/qaina-bench/.venv-off
