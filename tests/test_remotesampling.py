@@ -15,7 +15,7 @@ from qaina_bench.harness.results.fidelity import cpu_load
 from qaina_bench.harness.results.resultset import ResultWriter, read_csv
 from qaina_bench.harness.running.cluster import Server
 from qaina_bench.harness.running.remotesampling import (RemoteSampler, clock_offset,
-                                                        merge_samples)
+                                                        merge_samples, process_cpu)
 
 
 def test_a_remote_sampler_samples_its_interfaces_and_processes_until_stopped(tmp_path):
@@ -33,7 +33,11 @@ def test_a_remote_sampler_samples_its_interfaces_and_processes_until_stopped(tmp
         busy.wait()
     writer = ResultWriter(tmp_path / "run")
     os.rename(tmp_path / "samples", writer.dir / "samples")
-    clocks = merge_samples(writer, [sampler])
+    # the run's CPU window here: the ssh session's figures give way to the process's own
+    readings = {"began": 0.0, "ended": time.time() + 60,
+                "processes": {"agent j1w0": {"component": "agents", "user_s": 0.001,
+                                             "system_s": 0.0}}}
+    clocks = merge_samples(writer, [sampler], readings)
     writer.close()
     rows = read_csv(writer.dir / "timeseries.csv")
     assert rows and all(r["server"] == "localhost" for r in rows)
@@ -45,6 +49,16 @@ def test_a_remote_sampler_samples_its_interfaces_and_processes_until_stopped(tmp
     used = float(proc[-1]["user_s"]) + float(proc[-1]["system_s"])
     spent = float(proc[-1]["time"]) - float(proc[0]["time"])
     assert used - float(proc[0]["user_s"]) - float(proc[0]["system_s"]) > 0.3 * spent
+    folded = readings["processes"]["agent j1w0"]
+    assert folded["server"] == "localhost" and folded["user_s"] + folded["system_s"] > 0.3 * spent
+
+
+def test_process_cpu_spans_the_samples_around_the_window():
+    rows = [{"kind": "proc", "process": "switch lf2", "time": t, "user_s": u, "system_s": s}
+            for t, u, s in ((0.0, 1.0, 0.1), (1.0, 1.5, 0.2), (2.0, 2.5, 0.4), (3.0, 3.0, 0.5))]
+    rows.append({"kind": "cpu", "time": 1.0, "user_s": 99})
+    assert process_cpu(rows, 1.2, 1.8) == {"switch lf2": (1.0, 0.2)}  # samples at 1 and 2
+    assert process_cpu(rows, -5, 9) == {"switch lf2": (2.0, 0.4)}  # first to last
 
 
 def test_the_clock_offset_of_this_machine_is_within_the_round_trip():

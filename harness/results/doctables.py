@@ -516,6 +516,9 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
     "table:fidelity-runs": history("fidelity-runs"),
     "table:overload-0ea4a5f": history("overload-0ea4a5f"),
     "table:overload-sittings": history("overload-sittings"),
+    "table:scale": scale("scale"),
+    "table:scale-containers": scale("scale-containers"),
+    "table:scale-history": history("scale-history"),
     "table:overload": overload,
 }
 

@@ -178,7 +178,8 @@ class CpuLedger:
                 "system_s": t.end[1] - t.start[1] if ok else None}
         (hu0, hs0), (hu1, hs1) = self._harness
         m0, m1 = self._machine
-        return {"window_s": self.ended - self.began, "cores": psutil.cpu_count(),
+        return {"window_s": self.ended - self.began, "began": self.began,
+                "ended": self.ended, "cores": psutil.cpu_count(),
                 "processes": processes,
                 "harness": {"user_s": hu1 - hu0, "system_s": hs1 - hs0},
                 "machine": {k: m1[k] - m0[k] for k in STAT_FIELDS},

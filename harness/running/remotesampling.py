@@ -142,9 +142,12 @@ def remote_samplers(testbed, processes: dict[str, int], directory: Path, record=
                                  record=record) for s in cluster.remote]
 
 
-def merge_samples(writer, samplers: list[RemoteSampler]) -> dict:
+def merge_samples(writer, samplers: list[RemoteSampler], readings: dict | None = None
+                  ) -> dict:
     """Every remote sampler's rows, now here, into ``writer``'s ``timeseries.csv``
-    with their server; returns each server's clock offset and how many rows it gave."""
+    with their server; returns each server's clock offset and how many rows it gave.
+    ``readings`` (the CPU ledger's, this machine's window ``began``..``ended``) get the
+    remote processes' CPU seconds over that window in place of their ssh sessions'."""
     out = {}
     for sampler in samplers:
         name = sampler.server.name
@@ -155,5 +158,30 @@ def merge_samples(writer, samplers: list[RemoteSampler]) -> dict:
         for row in rows:
             writer.add_row({**{k: v for k, v in row.items() if v != ""}, "server": name})
         out[name] = {**sampler.clock, "samples": len(rows)}
+        if readings:
+            offset = sampler.clock.get("offset_s") or 0.0
+            for proc, (user, system) in process_cpu(rows, readings["began"] + offset,
+                                                    readings["ended"] + offset).items():
+                if proc in readings["processes"]:
+                    readings["processes"][proc].update(user_s=user, system_s=system,
+                                                       server=name)
+    return out
+
+
+def process_cpu(rows: list[dict], began: float, ended: float) -> dict[str, tuple]:
+    """(user, system) CPU seconds of each sampled process from ``began`` to ``ended``
+    (the server's clock): its last sample at or before ``began`` (else its first) to
+    its first at or after ``ended`` (else its last, taken when the sampler stopped)."""
+    by_proc: dict[str, list[tuple]] = {}
+    for r in rows:
+        if r.get("kind") == "proc" and r.get("user_s") not in (None, ""):
+            by_proc.setdefault(r["process"], []).append(
+                (float(r["time"]), float(r["user_s"]), float(r["system_s"])))
+    out = {}
+    for name, samples in by_proc.items():
+        samples.sort()
+        first = max((s for s in samples if s[0] <= began), default=samples[0])
+        last = min((s for s in samples if s[0] >= ended), default=samples[-1])
+        out[name] = (max(0.0, last[1] - first[1]), max(0.0, last[2] - first[2]))
     return out
 

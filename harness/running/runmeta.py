@@ -51,13 +51,15 @@ def write_results(run) -> dict:
     agents = [{"job": a.job, "worker": a.worker, "host": a.host, "records": a.records()}
               for a in run.agents]
     work = run.cfg.workload
-    clocks = merge_samples(run.writer, run.sampler.remote if run.sampler is not None else [])
+    readings = run.ledger.readings()  # remote processes' CPU folded in by merge_samples
+    clocks = merge_samples(run.writer, run.sampler.remote if run.sampler is not None else [],
+                           readings)
     allocation = work.allocation if run.mode.in_switch else None
     meta = {"run_id": run.cfg.output.run_id, "status": run.status, "events": run.events,
             "aggregator": getattr(run, "aggregator", None),
             "switch_program": run.switch_program,
             **(run.sampler.summary() if run.sampler is not None else {}),
-            "interfaces": run.interfaces, "cpu_time": run.ledger.readings(),
+            "interfaces": run.interfaces, "cpu_time": readings,
             "switch_ports": switch_ports(run), "clock_offsets": clocks or None,
             "warnings": list(run.files.problems),
             "processes": [{"name": p.name, "component": p.component, "job": p.job}
