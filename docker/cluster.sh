@@ -110,14 +110,9 @@ flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhos
 say "checking: placement, exact sums, nothing left"
 "${AI[@]}" .venv/bin/python - <<'CHECK'
 import json, sys
-from pathlib import Path
 sys.path.insert(0, "tests")
-from testbed_lab import check_exact_aggregates
-run = Path("/results/cluster")
-summary = json.loads((run / "summary.json").read_text())
-assert summary["complete"], summary["status"]
-check_exact_aggregates(run, summary)
-where = json.loads((run / "logs" / "placement.json").read_text())
+from cluster_check import checked_run
+run, summary, where = checked_run("cluster")
 assert where["lf1"] == "localhost" and where["lf2"] == "qb-b", where
 assert where["sp1"] == where["sp2"] == "qb-c", where
 assert all(where[f"h{i}"] == ("localhost" if i % 2 else "qb-b") for i in range(1, 9)), where
@@ -180,15 +175,10 @@ if [ "$bmv2" = yes ]; then
     --target bmv2 --topo leafspine --jobs 1 --workers 4 --iterations 2 --record-levels \
     --results-dir /results --run-id cluster-bmv2
   "${AI[@]}" .venv/bin/python - <<'CHECK'
-import json, sys
-from pathlib import Path
+import sys
 sys.path.insert(0, "tests")
-from testbed_lab import check_exact_aggregates
-run = Path("/results/cluster-bmv2")
-summary = json.loads((run / "summary.json").read_text())
-assert summary["complete"], summary["status"]
-check_exact_aggregates(run, summary)
-where = json.loads((run / "logs" / "placement.json").read_text())
+from cluster_check import checked_run
+run, summary, where = checked_run("cluster-bmv2")
 assert (where["lf1"], where["lf2"], where["sp1"]) == ("localhost", "qb-b", "qb-c"), where
 for sw in ("lf1", "lf2", "sp1", "sp2"):  # each switch's log is simple_switch_grpc's
     text = (run / "logs" / f"{sw}.log").read_text()
