@@ -41,7 +41,8 @@ def test_switch_csv_has_a_row_per_point_with_the_range_of_its_runs(tmp_path):
     for r, rate in zip(got, (2000, 4000)):
         offered, agg = int(r["offered_pps"]), int(r["aggregated_pps"])
         assert abs(offered - rate) < 0.2 * rate
-        assert int(r["aggregated_min"]) <= agg <= int(r["aggregated_max"]) <= offered
+        # (a run aggregates at most what it was offered; the row's offered is the mean)
+        assert int(r["aggregated_min"]) <= agg <= int(r["aggregated_max"]) <= 1.02 * offered
         assert agg > 0.5 * offered  # far below the switch's peak: nearly all of it
         assert r["peak_pps"] == ""  # rates given: no overload point
         # the printed table has the same mean

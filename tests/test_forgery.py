@@ -112,8 +112,10 @@ def test_datagrams_from_another_host_are_refused_and_reported(tmp_path):
     number (not results: the switch routes them); the worker takes results only from
     its aggregator, stays exact, and the run says packets were refused."""
     from qaina_bench.p4.header import FLAG_RETX
+    # 12 iterations at 0.5 Mbit/s: the job lasts seconds, so the forger (started when
+    # the agents go) floods it while it runs, also on a loaded machine
     cfg = RunConfig.flat(results_dir=str(tmp_path), record_levels=True, topo="star", jobs=2,
-                    workers=2, bits=[8], iterations=6, bw=1)
+                    workers=2, bits=[8], iterations=12, bw=0.5)
     summary, run, forger = run_with(cfg, "h3", lambda run: [
         sys.executable, "-c", FORGER, run.testbed.host("h1").IP(), "1", "0", "3",
         str(FLAG_RETX)])

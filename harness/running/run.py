@@ -532,11 +532,11 @@ class Run:
         self.events["held"] = time.time()
         names = [sw.name + (" (aggregator)" if sw.name == self.aggregator else "")
                  for sw in self.testbed.net.switches]
-        self.echo(f"jobs ended ({self.status}); the network stays up until Ctrl-C. "
-                  "p4runtime-shell "
-                  f"on a switch: qaina-bench shell SWITCH --run {self.cfg.output.run_id}  "
-                  f"(switches: {', '.join(names)})")
-        try:
+        try:  # a Ctrl-C as soon as the line shows ends the held run too
+            self.echo(f"jobs ended ({self.status}); the network stays up until Ctrl-C. "
+                      "p4runtime-shell "
+                      f"on a switch: qaina-bench shell SWITCH --run {self.cfg.output.run_id}  "
+                      f"(switches: {', '.join(names)})")
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
