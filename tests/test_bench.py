@@ -172,3 +172,16 @@ def test_bad_benchmark_options_are_one_line(args, fragment):
     from qaina_bench.harness.cli import main
     res = CliRunner().invoke(main, ["bench"] + args)
     assert res.exit_code == 2 and fragment in res.output and "Traceback" not in res.output
+
+
+def test_a_failed_run_counts_in_no_mean_and_shows_in_the_verdicts():
+    from qaina_bench.harness.benchmarks.testbedbench import _cost_row, cost_figures
+    done = {"complete": True, "status": "complete", "fidelity": {"verdict": "cpu-bound"},
+            "jobs": [{"elements_per_s": 2e6}, {"elements_per_s": 4e6}],
+            "cpu_cost": {"s_per_melem": 0.5, "components": {"agents": {"s_per_melem": 0.3}}}}
+    failed = {"complete": False, "status": "error", "jobs": [{"elements_per_s": None}]}
+    runs = [cost_figures(done), cost_figures(failed)]
+    assert runs[0]["melem_s"] == 6.0 and runs[0]["melem_s_per_job"] == 3.0
+    row = _cost_row((None, 4, "ina"), runs)
+    assert (row["melem_s_mean"], row["melem_s_min"], row["total_mean"]) == (6.0, 6.0, 0.5)
+    assert row["verdicts"] == "cpu-bound 1; error 1"

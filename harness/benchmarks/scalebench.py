@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..running.run import Run
+from .testbedbench import spread_text
 
 #: the digits MLP's gradients of 32 workers (the bundled set has 8), recorded once
 TRACE = "digits-mlp-32w"
@@ -107,7 +108,7 @@ def scale(sizes, clusters, iterations: int = 2, bw: float | None = None,
         echo(f"mean (range) of {repeat} runs")
         for point in dict.fromkeys((r["where"], r["workers"]) for r in rows):
             mine = [r for r in rows if (r["where"], r["workers"]) == point]
-            cells = [_spread([r[c] for r in mine]) for c in COLUMNS[2:-1]]
+            cells = [spread_text([r[c] for r in mine]) for c in COLUMNS[2:-1]]
             found = sorted({str(r["verdict"]) for r in mine})
             echo(f"  {point[0]}, {point[1]} workers: " + ", ".join(
                 f"{c} {v}" for c, v in zip(COLUMNS[2:-1], cells)) + f"; {'/'.join(found)}")
@@ -118,13 +119,6 @@ def scale(sizes, clusters, iterations: int = 2, bw: float | None = None,
 CSV_COLUMNS = {"run": "run", "where": "where", "workers": "workers", "bw": "bw_mbit",
                "bring-up s": "bring_up_s", "job s": "job_s",
                "CPU s/Melem": "cpu_s_per_melem", "verdict": "verdict"}
-
-
-def _spread(xs: list) -> str:
-    v = [x for x in xs if isinstance(x, (int, float)) and x == x]
-    if not v:
-        return "n/a"
-    return f"{sum(v) / len(v):.2f} ({min(v):.2f}-{max(v):.2f})"
 
 
 def write_csv(path: Path, rows: list[dict]):

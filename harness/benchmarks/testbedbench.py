@@ -155,10 +155,17 @@ COST_METRICS = ("melem_s",) + COST_PARTS + ("total",)
 
 def cost_figures(summary: dict) -> dict:
     """Melem/s, CPU seconds per million aggregated elements by component (None where a
-    component has no process, e.g. ``ps`` outside ``--mode ps``) and the verdict."""
+    component has no process, e.g. ``ps`` outside ``--mode ps``) and the verdict.
+    A run that did not complete (an error, a job that failed) gives no figures (all
+    None) and its status as the verdict, so it counts in no mean."""
+    if not summary.get("complete"):
+        return {"melem_s": None, "melem_s_per_job": None, "total": None, "kernel": None,
+                "verdict": summary.get("status", "failed"),
+                **{name: None for name in COST_PARTS[:-1]}}
     cost = summary.get("cpu_cost") or {}
     parts = cost.get("components", {})
-    out = {"melem_s": sum(j.get("elements_per_s") or 0 for j in summary["jobs"]) / 1e6,
+    rates = [(j.get("elements_per_s") or 0) / 1e6 for j in summary["jobs"]]
+    out = {"melem_s": sum(rates), "melem_s_per_job": float(np.mean(rates)),
            "total": cost.get("s_per_melem"),
            "kernel": (cost.get("kernel") or {}).get("s_per_melem"),
            "verdict": (summary.get("fidelity") or {}).get("verdict", "n/a")}
@@ -167,10 +174,23 @@ def cost_figures(summary: dict) -> dict:
     return out
 
 
-def _spread(values: list) -> tuple:
-    """(mean, min, max) of the values that exist, or three Nones."""
-    v = [x for x in values if x is not None]
+def spread(values: list) -> tuple:
+    """(mean, min, max) of the values that exist (not None, not NaN), or three Nones."""
+    v = [float(x) for x in values if isinstance(x, (int, float)) and x == x]
     return (float(np.mean(v)), min(v), max(v)) if v else (None, None, None)
+
+
+def spread_text(values: list, digits: int = 2) -> str:
+    """``mean (min-max)`` of the values that exist, ``n/a`` if none does."""
+    mean, lo, hi = spread(values)
+    if mean is None:
+        return "n/a"
+    return f"{mean:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
+
+
+def _num(x) -> float:
+    """``x`` for a ``%f`` format: NaN where there is no figure."""
+    return float("nan") if x is None else x
 
 
 def cost_table(workdir: Path, iterations: int, repeat: int,
@@ -194,7 +214,7 @@ def cost_table(workdir: Path, iterations: int, repeat: int,
             f = cost_figures(s)
             runs[bw, n, mode].append(f)
             print(f"  run {k + 1}: {mode:>4} n={n} {bw or 'unshaped'} Mbit/s: "
-                  f"{f['melem_s']:.3f} Melem/s, {f['total'] or float('nan'):.1f} CPU s/Melem, "
+                  f"{_num(f['melem_s']):.3f} Melem/s, {_num(f['total']):.1f} CPU s/Melem, "
                   f"{f['verdict']}", flush=True)
     rows = [_cost_row(pt, runs[pt]) for pt in points]
     _print_cost(rows)
@@ -205,7 +225,7 @@ def _cost_row(point: tuple, runs: list[dict]) -> dict:
     bw, n, mode = point
     row = {"mode": mode, "workers": n, "bw_mbit": bw or "unshaped", "runs": len(runs)}
     for m in COST_METRICS:
-        row[f"{m}_mean"], row[f"{m}_min"], row[f"{m}_max"] = _spread([r[m] for r in runs])
+        row[f"{m}_mean"], row[f"{m}_min"], row[f"{m}_max"] = spread([r[m] for r in runs])
     verdicts = [r["verdict"] for r in runs]
     row["verdicts"] = "; ".join(f"{v} {verdicts.count(v)}" for v in sorted(set(verdicts)))
     return row
@@ -245,19 +265,17 @@ def headline_table(workdir: Path, iterations: int, repeat: int,
                               payload_words=256, trace=trace, **extra)
             f = cost_figures(s)
             rows.append({"run": k + 1, "mode": mode, "slots": window or "",
-                         "melem_s_per_job": float(np.mean(
-                             [j["elements_per_s"] / 1e6 for j in s["jobs"]])),
+                         "melem_s_per_job": f["melem_s_per_job"],
                          "agents_s_per_melem": f["agents"],
                          "switches_s_per_melem": f["switches"], "verdict": f["verdict"]})
-            print(f"  run {k + 1} {_point(mode, window)}: {rows[-1]['melem_s_per_job']:.3f} "
-                  f"Melem/s per job, agents {f['agents'] or float('nan'):.2f}, switch "
-                  f"{f['switches'] or float('nan'):.2f} CPU s/Melem", flush=True)
+            print(f"  run {k + 1} {_point(mode, window)}: {_num(f['melem_s_per_job']):.3f} "
+                  f"Melem/s per job, agents {_num(f['agents']):.2f}, switch "
+                  f"{_num(f['switches']):.2f} CPU s/Melem, {f['verdict']}", flush=True)
     for mode, window in points:
         mine = [r for r in rows if r["mode"] == mode and r["slots"] == (window or "")]
-        (rm, rl, rh) = _spread([r["melem_s_per_job"] for r in mine])
-        (am, al, ah) = _spread([r["agents_s_per_melem"] for r in mine])
-        print(f"  {_point(mode, window)}: {rm:.3f} Melem/s per job ({rl:.3f}-{rh:.3f}); "
-              f"agents {am:.2f} CPU s/Melem ({al:.2f}-{ah:.2f})")
+        print(f"  {_point(mode, window)}: "
+              f"{spread_text([r['melem_s_per_job'] for r in mine], 3)} Melem/s per job; "
+              f"agents {spread_text([r['agents_s_per_melem'] for r in mine])} CPU s/Melem")
     return rows
 
 
