@@ -223,7 +223,8 @@ class Agent:
                    headroom=codec.headroom, bits=codec.fmt.bits, **gvq,
                    rel_error=err, encode_s=a.encode_s + compress_s, decode_s=decode_s,
                    rtt_median_s=statistics.median(rtts) if rtts else None,
-                   window_mean=stats.window_mean, wakeups=stats.wakeups, **learned)
+                   window_mean=stats.window_mean, wakeups=stats.wakeups,
+                   lingered_s=stats.lingered_s, **learned)
 
     def run(self):
         cfg = self.cfg

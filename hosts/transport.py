@@ -29,12 +29,25 @@ then by ``1 / window`` per result; a loss (fast retransmit or timeout) halves it
 least one chunk) and sets ``ssthresh`` to it, once per window of data. It never
 exceeds the job's slots. On a loss-free path it opens to the slots and stays there;
 where the switch drops bursts (BMv2 on capture) it settles below that.
+
+Receive coalescing (interrupt moderation, as NICs do): where results trickle in one
+or two at a time (a shaped link paces them), an agent that took each on its own
+would spend per result what a batch costs per batch, and a run that should be bound
+by its links would be bound by the agents' CPU instead. So when a wakeup brought
+fewer results than a batch and the rest of one is on the way, the agent waits for it
+to arrive (``linger``): the results' mean gap times the results missing, at most a
+quarter of the smoothed round trip (``COALESCE_SHARE``; ``COALESCE_MAX`` before the
+first sample, and at least that). The window keeps the bottleneck's queue filled
+meanwhile; the round trips measured include the waits, which bounds them (a wait
+of a quarter of SRTT settles SRTT at 4/3 of the path's). Results that come in
+bursts (unshaped links) are taken at once.
 """
 
 from __future__ import annotations
 
 import errno
 import math
+import os
 import select
 import socket
 import time
@@ -47,6 +60,12 @@ from ..p4.header import FIELD_OFFSETS, FLAG_RESULT, FLAG_RETX, QAINA_WORDS, wire
 INITIAL_WINDOW = 4
 DUP_THRESHOLD = 3
 RTO_INITIAL = 0.2  # seconds, before the first RTT sample
+#: receive coalescing: the longest wait for the rest of a batch of results, as a
+#: share of SRTT, and in seconds before the first RTT sample (and at least that);
+#: ``QAINA_AGENT_COALESCE=0`` turns it off, for comparisons
+COALESCE_SHARE = 0.25
+COALESCE_MAX = 0.002
+COALESCE = os.environ.get("QAINA_AGENT_COALESCE", "1") != "0"
 #: job_id (16 bits), worker (8) and the result flag of a header's first word
 _LEAD_MASK = np.uint32(0xFFFFFF00 | FLAG_RESULT)
 
@@ -160,6 +179,7 @@ class ExchangeStats:
     rtts: list = field(default_factory=list)
     window_mean: float = 0.0  # chunks allowed in flight, mean over sends
     wakeups: int = 0  # times the stream woke up to take results
+    lingered_s: float = 0.0  # seconds it waited for results to gather (``linger``)
 
 
 class StreamStalled(RuntimeError):
@@ -228,6 +248,21 @@ class SlotStream:
         return run.results, run.agreed, run.stats
 
 
+def coalesce_delay(got: int, batch: int, in_flight: int, gap: float, limit: float,
+                   timer: float | None, now: float) -> float:
+    """Seconds to wait for more results after ``got`` came in one wakeup: 0 for a
+    batch or more, or when fewer than the missing ones are outstanding; else the
+    missing ones' share of ``gap`` (seconds between results), at most ``limit`` and
+    never past the retransmission ``timer``."""
+    missing = batch - got
+    if missing <= 0 or in_flight < missing:
+        return 0.0
+    delay = min(limit, gap * missing)
+    if timer is not None:
+        delay = min(delay, timer - now)
+    return max(0.0, delay)
+
+
 class _Receiver:
     """Datagrams read from the socket into rows of one array, parsed together."""
 
@@ -292,6 +327,8 @@ class _Exchange:
         self.timer: float | None = None  # when the retransmission timer expires
         self.last_progress = time.monotonic()
         self.windows = 0.0
+        self.gap = 0.0  # seconds between results, mean (EWMA of 1/8)
+        self.last_rx = self.last_progress
 
     @property
     def in_flight(self) -> int:
@@ -307,7 +344,7 @@ class _Exchange:
             wait = 0.05 if self.timer is None else min(0.05, max(0.0, self.timer - now))
             if poll(wait * 1e3):
                 self.stats.wakeups += 1
-                self.receive()
+                self.linger(self.receive())
             now = time.monotonic()
             if self.timer is not None and now >= self.timer:
                 self.expire(now)
@@ -380,12 +417,29 @@ class _Exchange:
         for c in chunks:
             self.s.window.on_loss(c, self.next_c)
 
-    def receive(self):
+    def linger(self, got: int):
+        """``got`` results just came in: wait for the rest of a batch if results
+        trickle and the rest is on the way (receive coalescing, above)."""
+        if not got or not COALESCE:
+            return
+        now = time.monotonic()
+        self.gap += ((now - self.last_rx) / got - self.gap) / 8
+        self.last_rx = now
+        srtt = self.s.rtt.srtt
+        limit = max(COALESCE_MAX, COALESCE_SHARE * srtt) if srtt else COALESCE_MAX
+        delay = coalesce_delay(got, self.s.min_batch, self.in_flight, self.gap, limit,
+                               self.timer, now)
+        if delay > 0:
+            time.sleep(delay)
+            self.stats.lingered_s += delay
+
+    def receive(self) -> int:
+        """Take the results that are ready; returns how many were new."""
         s, stats, rx = self.s, self.stats, self.s._rx
         kept, refused = rx.drain(s.sock, s.dest)
         stats.refused += refused
         if not kept:
-            return
+            return 0
         # job_id, worker and the result flag in one word: results for this worker only
         ok = (rx.lead[:kept] & _LEAD_MASK) == s.lead
         c = rx.seq[:kept].astype(np.int64)
@@ -405,8 +459,9 @@ class _Exchange:
             idx = idx[first]
         stats.duplicates += results - len(chunks)  # chunks done before, or twice in the batch
         if not len(chunks):
-            return
+            return 0
         self._take(chunks, rx.rows[idx])
+        return len(chunks)
 
     def _take(self, chunks: np.ndarray, rows: np.ndarray):
         """The results ``rows`` of ``chunks`` (new, ascending) are in."""

@@ -11,8 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from qaina_bench.hosts.transport import (INITIAL_WINDOW, CongestionWindow, RttEstimator,
-                                         SlotStream, StreamStalled)
+from qaina_bench.hosts.transport import (INITIAL_WINDOW, CongestionWindow,
+                                         RttEstimator, SlotStream, StreamStalled,
+                                         coalesce_delay)
 from qaina_bench.p4.header import FLAG_RESULT, wire
 
 WIRE = wire()
@@ -193,3 +194,52 @@ def test_the_start_signal_gives_its_contents_or_times_out(tmp_path):
     timer.join()
     go.write_text("")
     assert wait_for_start(str(go), 5) == {}
+
+
+def test_coalescing_waits_only_for_the_rest_of_a_batch_that_is_on_the_way():
+    now, limit = 100.0, 0.004
+    assert coalesce_delay(8, 8, 30, 0.001, limit, None, now) == 0  # a whole batch came
+    assert coalesce_delay(2, 8, 5, 0.001, limit, None, now) == 0  # the rest is not out
+    assert coalesce_delay(2, 8, 6, 0.0001, limit, None, now) == pytest.approx(0.0006)
+    assert coalesce_delay(1, 8, 30, 0.01, limit, None, now) == limit  # at most this
+    assert coalesce_delay(1, 8, 30, 0.01, limit, now + 0.0005, now) == pytest.approx(0.0005)
+    assert coalesce_delay(1, 8, 30, 0.01, limit, now - 1, now) == 0  # the timer is due
+
+
+class PacedSwitch(FakeSwitch):
+    """Answers every chunk with its result, one result every ``gap`` seconds, as a
+    shaped link delivers them."""
+
+    def __init__(self, n: int, gap: float):
+        super().__init__(n)
+        self.gap = gap
+
+    def run(self):
+        answered = 0
+        while answered < self.n:
+            data, worker = self.sock.recvfrom(4096)
+            result = np.frombuffer(data, dtype=WIRE.dtype)[0].copy()
+            result["flags"] |= FLAG_RESULT
+            time.sleep(self.gap)
+            self.sock.sendto(result.tobytes(), worker)
+            answered += 1
+
+
+def test_results_that_trickle_in_are_taken_in_batches():
+    n, slots = 96, 32  # batches of slots // 4 = 8 results
+    switch = PacedSwitch(n, gap=0.0005)
+    switch.start()
+    sock = worker_socket()
+    try:
+        stream = SlotStream(sock, switch.sock.getsockname(), job_id=1, worker=0, slot_base=0,
+                            slots=slots, rto_min=5.0, rto_max=10.0, stall_timeout=10.0)
+        exps = np.zeros(n, dtype=np.int8)
+        results, agreed, stats = stream.exchange(exps, lambda a, b, agreed, words: None)
+        switch.join(10)
+    finally:
+        sock.close()
+        switch.close()
+    assert stats.packets_received == n and stats.retransmissions == 0
+    # one wakeup per result without coalescing; with it, about one per batch
+    assert stats.wakeups <= n // 2, stats.wakeups
+    assert 0 < stats.lingered_s

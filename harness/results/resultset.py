@@ -24,7 +24,7 @@ ITERATION_COLUMNS = ["job", "worker", "iteration", "start", "end", "completion_s
                      "gvq_projection_error", "gvq_energy", "train_loss", "test_loss",
                      "test_accuracy", "rel_error",
                      "encode_s", "decode_s", "cpu_s", "rtt_median_s", "window_mean",
-                     "wakeups"]
+                     "wakeups", "lingered_s"]
 TIMESERIES_COLUMNS = ["time", "kind", "switch", "job", "interface", "slots_opened",
                       "slots_closed", "slots_in_use", "agg_packets", "retx_answered",
                       "results_sent", "fallback_packets", "bytes_sent", "bytes_recv", "packets_sent",
