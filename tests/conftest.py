@@ -153,16 +153,19 @@ class VethLab:
 class SwitchLab:
     """A switch of one target on veth ports 1..n, programmed over P4Runtime."""
 
-    def __init__(self, kind: str, n_ports: int, tmp_path, words: int = QAINA_WORDS):
+    def __init__(self, kind: str, n_ports: int, tmp_path, words: int = QAINA_WORDS,
+                 env: dict | None = None):
         """``kind``: "embedded", "embedded-sockets" (no PACKET_MMAP rings) or "bmv2";
-        ``words``: the payload words of the qaina.p4 build it runs."""
+        ``words``: the payload words of the qaina.p4 build it runs; ``env``: added to
+        the switch's environment."""
         self.kind = kind
         self.words = words
         self.p4info = program.p4info(words)
         self.veths = VethLab(n_ports)
         extra = {"thrift_port": free_port()} if kind == "bmv2" else {}
+        extra["env"] = dict(env or {})
         if kind == "embedded-sockets":
-            extra["env"] = {"QAINA_SWITCH_RINGS": "0"}
+            extra["env"]["QAINA_SWITCH_RINGS"] = "0"
         self.target = make_target(kind.split("-")[0], "s1",
                                   {i: sw for i, (sw, _) in self.veths.pairs.items()},
                                   free_port(), 1, tmp_path / "s1.log", words=words, **extra)

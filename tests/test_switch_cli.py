@@ -21,6 +21,8 @@ SWITCH = [sys.executable, "-m", "qaina_bench.p4.embedded"]
     (["--cpu", "99"], "--cpu 99: not a CPU this process may run on"),
     (["--stats", "/nonexistent/x.json"], "its directory /nonexistent does not exist"),
     (["--log", "/nonexistent/x.log"], "its directory /nonexistent does not exist"),
+    (["--coalesce-us", "-1"], "a whole number of microseconds 0..100000"),
+    (["--coalesce-us", "200000"], "a whole number of microseconds 0..100000"),
 ])
 def test_bad_options_are_one_line_and_exit_2(args, fragment):
     res = subprocess.run(SWITCH + args, capture_output=True, text=True, timeout=60)

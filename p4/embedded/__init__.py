@@ -16,8 +16,8 @@ class EmbeddedSwitch:
     """Ports, a P4Runtime device and its server, wired together."""
 
     def __init__(self, interfaces: dict[int, str], device_id: int = 1,
-                 grpc_addr: str = "127.0.0.1:9559"):
-        self.ports = PortSet(interfaces)
+                 grpc_addr: str = "127.0.0.1:9559", coalesce_s: float | None = None):
+        self.ports = PortSet(interfaces, coalesce_s=coalesce_s)
         self.device = Device(device_id, self._make_pipeline)
         try:
             self.server = serve(self.device, grpc_addr)

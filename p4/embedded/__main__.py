@@ -18,6 +18,7 @@ import sys
 import time
 
 from . import EmbeddedSwitch
+from .loop import COALESCE_S
 from .ports import PortError
 
 
@@ -45,6 +46,13 @@ def grpc_addr(text: str) -> str:
     return text
 
 
+def microseconds(text: str) -> int:
+    if not text.isdigit() or int(text) > 100_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of microseconds "
+                                         "0..100000")
+    return int(text)
+
+
 def writable(text: str) -> str:
     """A file the switch can create or append to (its directory exists)."""
     folder = os.path.dirname(os.path.abspath(text))
@@ -69,6 +77,10 @@ def main(argv=None) -> int:
     ap.add_argument("--stats", metavar="PATH", type=writable, help="write the ports' counters (frames "
                     "received, dropped by the kernel, shed under overload, sent) here as "
                     "JSON when the switch stops")
+    ap.add_argument("--coalesce-us", type=microseconds, metavar="US",
+                    help="after a round of short reads (frames trickling in), wait this "
+                         "long before reading again, so that reads are bursts; a frame "
+                         f"waits at most this long; 0: never (default {COALESCE_S * 1e6:.0f})")
     args = ap.parse_args(argv)
 
     logging.basicConfig(filename=args.log, level=args.log_level.upper(),
@@ -84,7 +96,9 @@ def main(argv=None) -> int:
             ap.error(f"--cpu {args.cpu}: not a CPU this process may run on "
                      f"({', '.join(map(str, sorted(os.sched_getaffinity(0))))})")
     try:
-        switch = EmbeddedSwitch(ports, device_id=args.device_id, grpc_addr=args.grpc_addr)
+        switch = EmbeddedSwitch(ports, device_id=args.device_id, grpc_addr=args.grpc_addr,
+                                coalesce_s=None if args.coalesce_us is None
+                                else args.coalesce_us / 1e6)
     except (PortError, OSError) as exc:
         log.error("%s", exc)
         print(f"qaina switch: {exc}", file=sys.stderr)
@@ -103,7 +117,8 @@ def main(argv=None) -> int:
     finally:
         switch.close()
         stats = switch.ports.stats()
-        log.info("stopped after %.1f s; port stats %s", time.monotonic() - started, stats)
+        log.info("stopped after %.1f s; %d coalescing waits; port stats %s",
+                 time.monotonic() - started, switch.ports.coalesced, stats)
         if args.stats:
             partial = f"{args.stats}.partial"
             with open(partial, "w") as f:

@@ -7,6 +7,13 @@ receive loop instead watches how far its rings are behind (``Port.backlog``) and
 sets a shed level (``Overload``) at which the pipeline drops the contributions of
 whole slot uses before spending anything on them (``burst.shed_mask``), like a
 queue that drops whole packets rather than cells.
+
+Coalescing: where frames trickle in (shaped links deliver them one at a time), a
+switch that woke for each would spend per frame what a burst costs per burst. After
+a round whose longest read was shorter than ``burst.BURST_MIN`` frames, the loop
+waits ``coalesce_s`` (``COALESCE_S``) before looking again, so that the next reads are bursts (as a
+NIC moderates its interrupts); a frame waits at most that long. Rounds of longer
+reads (unshaped links, overload) go on at once.
 """
 
 from __future__ import annotations
@@ -16,16 +23,22 @@ import os
 import select
 import time
 
-from .burst import SHED_FULL
+from .burst import BURST_MIN, SHED_FULL
 from .ports import BURST, BURST_SHEDDING, RX_RING_FRAMES, Port, PortError
 
 log = logging.getLogger("qaina.switch.ports")
+
+#: seconds the receive loop waits after a round of short reads (coalescing, above),
+#: unless the command line says (``--coalesce-us``); ``QAINA_SWITCH_COALESCE=0`` in
+#: the environment makes the default 0 (off), for comparisons
+COALESCE_S = 0.0005 if os.environ.get("QAINA_SWITCH_COALESCE", "1") != "0" else 0.0
 
 
 class PortSet:
     """All ports of one switch and the loop that feeds their frames to a pipeline."""
 
-    def __init__(self, interfaces: dict[int, str], rings: bool | None = None):
+    def __init__(self, interfaces: dict[int, str], rings: bool | None = None,
+                 coalesce_s: float | None = None):
         if rings is None:  # QAINA_SWITCH_RINGS=0 selects the socket path
             rings = os.environ.get("QAINA_SWITCH_RINGS", "1") != "0"
         self.ports: dict[int, Port] = {}
@@ -38,6 +51,8 @@ class PortSet:
         self._by_fd = {p.sock.fileno(): p for p in self.ports.values()}
         self.overload = Overload()
         self.stopping = False
+        self.coalesce_s = COALESCE_S if coalesce_s is None else coalesce_s
+        self.coalesced = 0  # waits after rounds of short reads
 
     def send(self, port: int, frame):
         """Transmit on ``port``; frames to ports the switch does not have are dropped."""
@@ -63,26 +78,32 @@ class PortSet:
         by_fd = self._by_fd
         drain = self._drain
         overload = self.overload
+        coalesce = self.coalesce_s
         waiting = False  # frames left in a transmit ring for want of socket buffer
         try:
             while not self.stopping:
                 level = overload.level
+                longest = 0
                 for fd, _ in poller.poll(0.001 if waiting else 0.2):
-                    drain(by_fd[fd], device, overload, level)
+                    longest = max(longest, drain(by_fd[fd], device, overload, level))
                 waiting = False
                 for p in ports:
                     if p.tx_queued and not self._flush(p):
                         waiting = True
                 overload.update(time.monotonic())
+                if 0 < longest < BURST_MIN and coalesce and not waiting:
+                    time.sleep(coalesce)
+                    self.coalesced += 1
         finally:
             poller.close()
 
     @staticmethod
-    def _drain(port: Port, device, overload: Overload, level: int):
+    def _drain(port: Port, device, overload: Overload, level: int) -> int:
+        """Read a burst from ``port`` into the pipeline; returns its frames."""
         most = BURST_SHEDDING if level else BURST
         slots, lengths, frames = port.receive(most)
         if not lengths:
-            return
+            return 0
         if level or len(lengths) == most:  # the ring may hold more
             overload.behind(port.backlog())
         try:
@@ -93,6 +114,7 @@ class PortSet:
                 port.shed += pipeline.shed_packets - before
         finally:
             port.release()
+        return len(lengths)
 
     @staticmethod
     def _flush(port: Port) -> bool:
