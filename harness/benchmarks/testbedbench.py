@@ -283,5 +283,70 @@ def _point(mode: str, slots: int | None) -> str:
     return f"{mode:>4}" + (f", {slots} slots" if slots else "")
 
 
-TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio", "cost", "headline")
-CSV_TABLES = ("ratio", "cost", "headline")  # the tables ``--csv`` can write
+#: what ``coalescing`` compares: label -> the environment of the run's agents and switch
+COALESCING = {"off": {"QAINA_AGENT_COALESCE": "0", "QAINA_SWITCH_COALESCE": "0"},
+              "agents": {"QAINA_AGENT_COALESCE": "1", "QAINA_SWITCH_COALESCE": "0"},
+              "agents+switch": {"QAINA_AGENT_COALESCE": "1", "QAINA_SWITCH_COALESCE": "1"}}
+COALESCING_BANDWIDTHS = (16.0, 64.0, None)
+
+
+def coalescing_table(workdir: Path, iterations: int, repeat: int,
+                     trace: str = "digits-mlp-wide") -> list[dict]:
+    """In-network, one job of 8 workers on the star, b=4, 256-word packets, at 16 and
+    64 Mbit/s and unshaped, with receive coalescing off, in the agents only, and in
+    the agents and the switch (``COALESCING``; the repeats interleaved): Melem/s, CPU
+    seconds per million aggregated elements (agents, switch, total), results per
+    agent wakeup, verdict. Returns a row per run (its CSV)."""
+    import os
+
+    from ...hosts.recorder import ensure
+    print(f"coalescing: star, 1 job x 8 workers, in-network, b=4, 256-word packets, trace "
+          f"{trace}, {iterations} iterations, {repeat} runs each")
+    ensure(trace, log=print)
+    rows = []
+    for k in range(repeat):
+        for bw in COALESCING_BANDWIDTHS:
+            for label, env in COALESCING.items():
+                saved = {name: os.environ.get(name) for name in env}
+                os.environ.update(env)  # the run's agents and switch inherit it
+                try:
+                    s = testbed_bench("star", 4, bw, iterations, workdir, 1, "ina", 8,
+                                      payload_words=256, trace=trace)
+                finally:
+                    for name, value in saved.items():
+                        if value is None:
+                            os.environ.pop(name, None)
+                        else:
+                            os.environ[name] = value
+                f = cost_figures(s)
+                rows.append({"run": k + 1, "bw_mbit": bw or "unshaped", "coalescing": label,
+                             "melem_s": f["melem_s"], "agents_s_per_melem": f["agents"],
+                             "switches_s_per_melem": f["switches"],
+                             "total_s_per_melem": f["total"],
+                             "results_per_wakeup": _results_per_wakeup(s, workdir),
+                             "verdict": f["verdict"]})
+                r = rows[-1]
+                print(f"  run {k + 1}: {f'{bw:g} Mbit/s' if bw else 'unshaped'}, {label}: "
+                      f"{_num(r['melem_s']):.3f} Melem/s, agents {_num(r['agents_s_per_melem']):.2f}"
+                      f", switch {_num(r['switches_s_per_melem']):.2f}, total "
+                      f"{_num(r['total_s_per_melem']):.2f} CPU s/Melem, "
+                      f"{_num(r['results_per_wakeup']):.1f} results per wakeup, {r['verdict']}",
+                      flush=True)
+    return rows
+
+
+def _results_per_wakeup(summary: dict, workdir: Path) -> float | None:
+    """Results an agent took per wakeup, over the run's agents and iterations (its
+    ``iterations.csv``)."""
+    path = workdir / summary["run_id"] / "iterations.csv"
+    if not path.is_file():
+        return None
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    wakeups = sum(int(r["wakeups"] or 0) for r in rows)
+    return sum(int(r["packets_received"] or 0) for r in rows) / wakeups if wakeups else None
+
+
+TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio", "cost", "headline",
+                  "coalescing")
+CSV_TABLES = ("ratio", "cost", "headline", "coalescing")  # the tables ``--csv`` can write

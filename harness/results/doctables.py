@@ -228,6 +228,10 @@ def wait(x: float) -> str:
     return f"{x:.1g}" if x < 0.1 else f"{x:.2f}"
 
 
+def f1(x: float) -> str:
+    return f"{x:.1f}"
+
+
 def f2(x: float) -> str:
     return f"{x:.2f}"
 
@@ -395,9 +399,14 @@ COST_PARTS = ("melem_s", "agents", "switches", "ps", "harness", "kernel", "total
 SCHEMES = {"ina": "in-network", "ring": "ring", "ps": "parameter server"}
 
 
-def cost(d: DocData) -> str:
+def cost(name: str) -> Callable[[DocData], str]:
+    """``bench testbed --table cost --csv``: a row per scheme, link rate and n."""
+    return lambda d: _cost(d, name)
+
+
+def _cost(d: DocData, name: str) -> str:
     body = []
-    for r in d.rows("cost"):
+    for r in d.rows(name):
         bw = "unshaped" if r["bw_mbit"] == "unshaped" else f"{float(r['bw_mbit']):g} Mbit/s"
         cells = [bw, r["workers"], SCHEMES[r["mode"]]]
         for part in COST_PARTS:
@@ -407,6 +416,22 @@ def cost(d: DocData) -> str:
         body.append(cells + [r["verdicts"]])
     return table(["links", "n", "scheme", "Melem/s", "agents", "switches", "ps", "harness",
                   "softirq", "total", "verdicts"], body)
+
+
+def coalescing(d: DocData) -> str:
+    """``bench testbed --table coalescing --csv``: per link rate and setting, mean
+    (range) of its runs."""
+    points: dict[tuple, list[dict]] = defaultdict(list)
+    for r in d.rows("coalescing"):
+        points[(r["bw_mbit"], r["coalescing"])].append(r)
+    body = [["unshaped" if bw == "unshaped" else f"{float(bw):g} Mbit/s", label]
+            + [spread(values(rs, c), f2) for c in (
+                "melem_s", "agents_s_per_melem", "switches_s_per_melem", "total_s_per_melem")]
+            + [spread(values(rs, "results_per_wakeup"), f1), verdicts(rs, "verdict")]
+            for (bw, label), rs in points.items()]
+    runs = max(len(rs) for rs in points.values())
+    return table(["links", "coalescing", f"Melem/s ({runs} runs)", "agents", "switch",
+                  "total", "results per wakeup", "verdicts"], body)
 
 
 def headline(d: DocData) -> str:
@@ -510,7 +535,10 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
     "table:compression-resnet": compression("compression-resnet"),
     "table:compression-mlp": compression("compression-mlp"),
     "table:compression-resnet-accuracy": compression("compression-resnet-accuracy"),
-    "table:cost": cost,
+    "table:cost": cost("cost"),
+    "table:coalescing": coalescing,
+    "table:cost-faa9c33": cost("cost-faa9c33"),
+    "table:cost-5fb3794": cost("cost-5fb3794"),
     "table:headline": headline,
     "table:headline-history": history("headline-history"),
     "table:fidelity-runs": history("fidelity-runs"),
