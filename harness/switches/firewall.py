@@ -10,6 +10,11 @@ switch's Thrift port that does not arrive on ``lo``; the harness's own
 process that made it and the port, so two runs never share one, and it is removed
 when the switch stops; a run records it (``RunRecord.add_nft_table``), so ``clean``
 removes it after a ``kill -9``.
+
+``P4RuntimeGuard`` is the same for a P4Runtime port that listens on a server's own
+address (a switch on another server of a cluster): the port stays open to loopback
+and to the one address the harness connects from; ``harness/running/remoteguard.py``
+makes both kinds of table on a switch's server.
 """
 
 from __future__ import annotations
