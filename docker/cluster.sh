@@ -140,6 +140,10 @@ done = [a for a in agents if any(json.loads(line).get("type") == "done"
 assert done == agents, f"agents whose done record is missing: {set(agents) - set(done)}"
 assert not summary["errors"], summary["errors"]
 print(f"  result set on qb-a: {len(agents)} agents' records and logs, 4 switch logs")
+cost = summary["cpu_cost"]  # its share is of every server's cores
+by = cost["cores_by_server"]
+assert set(by) == {"localhost", "qb-b", "qb-c"} and cost["cores"] == sum(by.values()), cost
+print(f"  CPU cost: {cost['total_s']:.1f} CPU s on {cost['cores']} cores {by}")
 CHECK
 # Nothing of a run left: no interface but lo and eth0, no Mininet shell, switch, agent
 # or tunnel, no run record, in any container; no tap device here.
@@ -187,6 +191,32 @@ print(f"  exact sums on BMv2: {len(summary['jobs'])} job x {summary['iterations'
       f"iterations; placement {where}")
 CHECK
   nothing_left "after the BMv2 run"
+  say "BMv2: every switch on qb-b and qb-c, the harness on qb-a without BMv2 or p4c on PATH"
+  # (nothing of BMv2 or p4c is found here: simple_switch_grpc is not required, and the
+  # program compiles with a switch's server's p4c, the compile cache here emptied first)
+  docker exec qb-a sh -c 'rm -rf /root/.cache/qaina-bench/p4c; printf "%s\n" \
+    "servers: [localhost, qb-b, qb-c]" "pin: {lf1: qb-b, lf2: qb-c}" >/tmp/remote-switches.yaml'
+  flock /tmp/qb-mininet.lock "${A[@]}" env PATH=/opt/qaina-bench/.venv/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    .venv/bin/qaina-bench up --cluster /tmp/remote-switches.yaml --target bmv2 \
+    --topo leafspine --jobs 1 --workers 4 --iterations 2 --record-levels \
+    --results-dir /results --run-id cluster-bmv2-remote
+  "${AI[@]}" .venv/bin/python - <<'CHECK'
+import sys
+sys.path.insert(0, "tests")
+from cluster_check import checked_run
+run, summary, where = checked_run("cluster-bmv2-remote")
+assert (where["lf1"], where["lf2"], where["sp1"]) == ("qb-b", "qb-c", "qb-c"), where
+assert "localhost" not in where.values(), where
+p4c = summary["switch_program"]["p4c"]
+assert p4c["server"] in ("qb-b", "qb-c") and p4c["version"], summary["switch_program"]
+print(f"  exact sums on BMv2 with no switch on qb-a: compiled with p4c on {p4c['server']} "
+      f"({p4c['version']}); placement {where}")
+CHECK
+  for s in qb-b qb-c; do  # p4c's temporary directory there is gone
+    left=$(docker exec "$s" sh -c 'ls -d /tmp/tmp.* 2>/dev/null' || true)
+    [ -z "$left" ] || { echo "  left on $s: $left" >&2; exit 1; }
+  done
+  nothing_left "after the BMv2 run with every switch on other servers"
   say "BMv2: doctor and up against a server without simple_switch_grpc"
   docker exec qb-c rm /usr/local/bin/simple_switch_grpc
   out=$("${A[@]}" .venv/bin/qaina-bench doctor --cluster localhost,qb-c --target bmv2 || true)
@@ -228,6 +258,42 @@ assert remote == 3, rec["ports"]  # lf2 on qb-b, sp1 and sp2 on qb-c
 print(f"  {remote} remote BMv2 Thrift ports: closed to qb-a, registers read over ssh")
 CHECK
 docker cp "$work/thrift_check.py" qb-a:/tmp/thrift_check.py
+# While a run is held: each remote switch's P4Runtime port takes the harness's (qb-a's)
+# reads and refuses a connection from the other container; its guard table is listed
+# under its server in the run record.
+cat >"$work/p4rt_check.py" <<'CHECK'
+import json, re, shlex, subprocess, sys
+from qaina_bench.harness.switches.control import SwitchConnection
+rec = json.load(open(f"/run/qaina-bench/{sys.argv[1]}.json"))
+probe = ("import socket, sys\ntry:\n    socket.create_connection(({!r}, {}), timeout=5)"
+         "\nexcept OSError as e:\n    sys.exit(f'refused: {{e}}')\nprint('connected')")
+checked = []
+for entry in rec["ports"]:
+    m = re.fullmatch(r"P4Runtime of (\S+) on (\S+)", entry["what"])
+    if not m:
+        continue
+    name, server = m.groups()
+    sw = rec["switches"][name]
+    conn = SwitchConnection(name, sw["grpc_addr"], sw["device_id"])
+    try:
+        assert conn.wait_ready(10), f"{name}: qb-a cannot reach P4Runtime at {sw['grpc_addr']}"
+        counters = conn.read_counters()
+    finally:
+        conn.close()
+    other = "qb-c" if server == "qb-b" else "qb-b"
+    host, port = sw["grpc_addr"].rsplit(":", 1)
+    code = shlex.join([sys.executable, "-c", probe.format(host, port)])
+    res = subprocess.run(["ssh", other, code], capture_output=True, text=True, timeout=30)
+    assert res.returncode != 0 and "refused" in res.stderr, \
+        f"{name}'s P4Runtime port {port} on {server} is open to {other}: {res.stdout}{res.stderr}"
+    tables = [t["name"] for t in rec["servers"][server].get("nft_tables", [])]
+    assert f"qaina_p4rt_{rec['owner']}_{port}" in tables, (name, tables)
+    checked.append(f"{name} on {server}")
+assert len(checked) == 3, checked  # lf2 on qb-b, sp1 and sp2 on qb-c
+print(f"  P4Runtime of {', '.join(checked)}: read from qb-a ({len(counters)} counters), "
+      "refused from the other container")
+CHECK
+docker cp "$work/p4rt_check.py" qb-a:/tmp/p4rt_check.py
 export held_target
 
 say "kill -9 of a held run ($held_target switches), then qaina-bench clean on qb-a"
@@ -245,6 +311,7 @@ flock /tmp/qb-mininet.lock sh -c '
   if [ "$held_target" = bmv2 ]; then
     docker exec -w /opt/qaina-bench qb-a .venv/bin/python /tmp/thrift_check.py held || exit 1
   fi
+  docker exec -w /opt/qaina-bench qb-a .venv/bin/python /tmp/p4rt_check.py held || exit 1
   owner=$(docker exec qb-a .venv/bin/python -c "import json; print(json.load(open(\"/run/qaina-bench/held.json\"))[\"owner\"])")
   docker exec qb-a kill -9 "$owner"
   sleep 1
@@ -266,6 +333,7 @@ flock /tmp/qb-mininet.lock sh -c '
     sleep 0.2
   done
   sleep 3
+  docker exec -w /opt/qaina-bench qb-a .venv/bin/python /tmp/p4rt_check.py ctrlc || exit 1
   owner=$(docker exec qb-a .venv/bin/python -c "import json; print(json.load(open(\"/run/qaina-bench/ctrlc.json\"))[\"owner\"])")
   docker exec qb-a kill -INT "$owner"
   for _ in $(seq 300); do docker exec qb-a kill -0 "$owner" 2>/dev/null || break; sleep 0.2; done

@@ -114,7 +114,8 @@ class RunConfig(Settings):
         self.resolve_topology()
         if net.target not in TARGETS:
             raise ConfigError(f"unknown target {net.target!r}: use one of {', '.join(TARGETS)}")
-        if net.target == "bmv2" and bmv2_missing():
+        if net.target == "bmv2" and not net.cluster and bmv2_missing():
+            # with --cluster, `up` asks this only when a switch is placed here
             raise ConfigError(f"--target bmv2: {bmv2_missing()}")
         if not 1 <= net.pool_slots <= POOL_SLOTS:
             raise ConfigError(f"--pool-slots {net.pool_slots}: the switch's pool has 1.."

@@ -198,7 +198,8 @@ def test_doctor_gives_the_version_of_a_bmv2_that_runs():
                              text=True).stdout.strip().splitlines()[0]
     assert checks[0] == (f"node2: BMv2 {version}", True, "")
     assert [ok for _, ok, _ in checks[1:]] == [shutil.which("simple_switch_CLI") is not None,
-                                              shutil.which("nft") is not None]
+                                              shutil.which("p4c") is not None]
+    assert checks[2][0].startswith("node2: p4c")
 
 
 @pytest.mark.root
@@ -231,6 +232,88 @@ def test_a_server_without_nft_refuses_a_remote_bmv2_in_one_line(monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # nft is in /usr/sbin
     with pytest.raises(FirewallError, match=r"^localhost has no nft: BMv2 there needs it"):
         RemoteThriftGuard(1, Server("localhost")).close_port()
+    from qaina_bench.harness.running.remoteguard import RemoteP4RuntimeGuard
+    with pytest.raises(FirewallError, match=r"^localhost has no nft: a switch there needs it "
+                       r"to keep its P4Runtime port"):
+        RemoteP4RuntimeGuard(1, "10.0.0.1", Server("localhost")).close_port()
+
+
+def test_the_harness_address_is_the_ssh_client_address_the_server_sees(monkeypatch):
+    """``$SSH_CONNECTION`` read on the server (here this machine, its shell given the
+    variable); without one the answer is one line."""
+    from qaina_bench.harness.running.remoteguard import harness_address
+    from qaina_bench.harness.switches.firewall import FirewallError
+    monkeypatch.setenv("SSH_CONNECTION", "10.213.9.2 40222 10.213.9.1 22")
+    assert harness_address(Server("localhost")) == "10.213.9.2"
+    monkeypatch.setenv("SSH_CONNECTION", "fd00::2 40222 fd00::1 22")
+    assert harness_address(Server("localhost")) == "fd00::2"
+    monkeypatch.delenv("SSH_CONNECTION")
+    with pytest.raises(FirewallError, match=r"^localhost did not tell the address"):
+        harness_address(Server("localhost"))
+
+
+@pytest.fixture
+def two_clients():
+    """A namespace with two addresses, 10.213.9.2 and .3, reaching this machine's
+    10.213.9.1 over a veth pair; yields (namespace, this machine's address)."""
+    import os
+    ns = f"qbgd{os.getpid() % 10000}"
+    cmds = [f"ip netns add {ns}", f"ip link add {ns}a type veth peer name {ns}b",
+            f"ip link set {ns}b netns {ns}", f"ip addr add 10.213.9.1/29 dev {ns}a",
+            f"ip link set {ns}a up", f"ip -n {ns} addr add 10.213.9.2/29 dev {ns}b",
+            f"ip -n {ns} addr add 10.213.9.3/29 dev {ns}b", f"ip -n {ns} link set {ns}b up",
+            f"ip -n {ns} link set lo up"]
+    try:
+        for c in cmds:
+            subprocess.run(c.split(), check=True, capture_output=True)
+        yield ns, "10.213.9.1"
+    finally:
+        subprocess.run(["ip", "link", "del", f"{ns}a"], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def connects(ns: str | None, source: str | None, address: str, port: int) -> bool:
+    """Whether a TCP connection from ``source`` (in namespace ``ns``) gets through."""
+    import sys
+    code = ("import socket, sys\ns = socket.socket()\ns.settimeout(3)\n"
+            f"{'s.bind((%r, 0))' % source if source else ''}\n"
+            f"try:\n    s.connect(({address!r}, {port}))\nexcept OSError:\n    sys.exit(1)\n")
+    cmd = ([] if ns is None else ["ip", "netns", "exec", ns]) + [sys.executable, "-c", code]
+    return subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0
+
+
+@pytest.mark.root
+@pytest.mark.skipif(shutil.which("nft") is None, reason="nft missing")
+def test_a_remote_p4runtime_port_is_open_to_the_harness_and_loopback_only(tmp_path,
+                                                                        two_clients):
+    """The guard of a remote switch's P4Runtime port, made on its server (here this
+    machine, reached without ssh) for the harness's address 10.213.9.2: a listener on
+    the server's address takes connections from .2 and from the server itself, refuses
+    .3; the table is listed under the server in the record and removed there."""
+    import socket
+    from qaina_bench.harness.running.record import RunRecord
+    from qaina_bench.harness.running.remoteguard import RemoteP4RuntimeGuard
+    ns, here = two_clients
+    listener = socket.create_server((here, 0))
+    port = listener.getsockname()[1]
+    guard = RemoteP4RuntimeGuard(port, "10.213.9.2", Server("localhost"))
+    rec = RunRecord("cluster-p4rt", tmp_path)
+    rec.add_remote_nft_table("localhost", "root", guard.family, guard.table)
+    try:
+        assert connects(ns, "10.213.9.3", here, port)  # open before the guard
+        guard.close_port()
+        assert guard.exists() and guard.table.startswith("qaina_p4rt_")
+        assert connects(ns, "10.213.9.2", here, port)
+        assert not connects(ns, "10.213.9.3", here, port)
+        assert connects(None, None, here, port)  # the server itself, over lo
+        assert f"localhost: nftables table inet {guard.table}" in rec.leftovers(wait=0)
+        assert f"localhost: deleted nftables table inet {guard.table}" in \
+            rec.remove_resources()
+        assert not guard.exists() and rec.leftovers(wait=0) == []
+        assert connects(ns, "10.213.9.3", here, port)
+    finally:
+        guard.remove()
+        listener.close()
 
 
 @pytest.mark.root
@@ -271,3 +354,42 @@ def test_a_remote_bmv2_started_through_remote_launch_is_programmed_read_and_stop
     assert target.proc.poll() is not None
     assert not target.guard.exists()
     assert not os.path.exists(target.notifications[len("ipc://"):])
+
+
+def test_bmv2_here_is_asked_for_only_when_a_switch_is_placed_here(tmp_path, monkeypatch):
+    """Every switch on other servers: this machine needs no BMv2, p4c or nft (their
+    servers are checked); a leaf left here: the one-line error of a plain run."""
+    from qaina_bench.harness.running.clustercheck import local_bmv2_check
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no BMv2, p4c (/usr/local) or nft (/usr/sbin)
+    topo = build_topology(RunConfig.flat(topo="leafspine", jobs=1, workers=4))
+    spec = tmp_path / "c.yaml"
+    spec.write_text("servers: [localhost, n2, n3]\npin: {lf1: n2, lf2: n3}\n")
+    local_bmv2_check(Cluster.parse(str(spec)), topo)
+    with pytest.raises(ConfigError, match=r"^--target bmv2: simple_switch_grpc and p4c not "
+                       r"on PATH.*\(switch lf1 runs here\)$"):
+        local_bmv2_check(Cluster.parse("localhost,n2,n3"), topo)
+    with pytest.raises(ConfigError, match=r"^--target bmv2: simple_switch_grpc"):
+        local_bmv2_check(None, topo)
+
+
+@pytest.mark.skipif(shutil.which("p4c") is None, reason="p4c missing")
+def test_p4c_on_another_machine_compiles_through_its_stdin_and_stdout(tmp_path, monkeypatch):
+    """``compile_p4(on=...)`` as over ssh (the other machine being this one, its
+    temporary directory under a TMPDIR of the test's): the files come back into the
+    cache here, their P4Info the committed one, and nothing is left there."""
+    import os
+    from qaina_bench.harness.switches.targets import compile_p4
+    from qaina_bench.p4 import program
+    from qaina_bench.p4.p4info import P4Info, difference
+    there = tmp_path / "there"
+    there.mkdir()
+    monkeypatch.setenv("TMPDIR", str(there))
+    json_path, info_path = compile_p4(32, cache=tmp_path / "cache", on=lambda *cmd: list(cmd))
+    assert json_path.parent.parent == tmp_path / "cache"
+    assert json.loads(json_path.read_text())["pipelines"]
+    assert difference(program.p4info(32).proto, P4Info.load(info_path).proto) is None
+    assert os.listdir(there) == []
+    bad = lambda *cmd: ["sh", "-c", "exit 1"] if cmd[0] == "sh" else list(cmd)  # noqa: E731
+    from qaina_bench.harness.switches.targets import TargetError
+    with pytest.raises(TargetError, match="^p4c there failed on the 64-word qaina.p4"):
+        compile_p4(64, cache=tmp_path / "cache", on=bad)

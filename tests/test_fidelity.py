@@ -225,6 +225,17 @@ def test_cpu_cost_per_component_and_per_million_elements():
     assert apart["total_s"] == pytest.approx(4.0)
     assert cpu_cost(None, 1) is None
     assert cpu_cost(READINGS, 0)["s_per_melem"] is None
+    assert "cores_by_server" not in c  # a run on one machine: its cores
+
+
+def test_cpu_cost_on_a_cluster_shares_over_every_servers_cores():
+    """The capacity is the sum of the servers' cores; a server that did not say is
+    listed, left out of the sum."""
+    by_server = {"localhost": 2, "qb-b": 4, "qb-c": 8, "qb-d": None}
+    c = cpu_cost({**READINGS, "cores_by_server": by_server}, 2_000_000)
+    assert c["cores"] == 14 and c["cores_by_server"] == by_server
+    assert c["share_of_machine"] == pytest.approx(3.6 / (4.0 * 14))
+    assert c["total_s"] == pytest.approx(3.6)  # what was spent does not change
 
 
 BURN = """

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from qaina_bench.harness.results.fidelity import cpu_load
 from qaina_bench.harness.results.resultset import ResultWriter, read_csv
 from qaina_bench.harness.running.cluster import Server
@@ -34,10 +36,12 @@ def test_a_remote_sampler_samples_its_interfaces_and_processes_until_stopped(tmp
     writer = ResultWriter(tmp_path / "run")
     os.rename(tmp_path / "samples", writer.dir / "samples")
     # the run's CPU window here: the ssh session's figures give way to the process's own
-    readings = {"began": 0.0, "ended": time.time() + 60,
+    readings = {"began": 0.0, "ended": time.time() + 60, "cores": 2,
                 "processes": {"agent j1w0": {"component": "agents", "user_s": 0.001,
                                              "system_s": 0.0}}}
     clocks = merge_samples(writer, [sampler], readings)
+    assert sampler.cores == psutil.cpu_count()  # the server's own count, once at start
+    assert readings["cores_by_server"] == {"localhost": 2, sampler.server.name: sampler.cores}
     writer.close()
     rows = read_csv(writer.dir / "timeseries.csv")
     assert rows and all(r["server"] == "localhost" for r in rows)

@@ -39,7 +39,8 @@ The verdict (``verdict``; the thresholds are ``NETWORK_BOUND``, ``WELL_BELOW`` a
   below 90% with an unsaturated CPU (latency, window, loss recovery).
 
 ``cpu_cost`` turns the ``CpuLedger``'s readings (``harness/running/cpustat.py``) into CPU
-seconds per component and per million aggregated elements.
+seconds per component and per million aggregated elements, and their share of the
+cores of every server the run used (``machine_cores``).
 """
 
 from __future__ import annotations
@@ -242,6 +243,16 @@ def job_fidelity(job_id: int, hosts: set[str], rows: list[dict], series: dict,
     return {"verdict": v, "reason": reason, **out}
 
 
+def machine_cores(readings: dict) -> tuple[int, dict | None]:
+    """The cores the run had: this machine's, or on a cluster the sum over every
+    server's (``cores_by_server``, from each server's sampler; one that did not say is
+    left out of the sum), with that dict."""
+    by_server = readings.get("cores_by_server")
+    if not by_server:
+        return readings["cores"], None
+    return sum(c for c in by_server.values() if c), by_server
+
+
 def cpu_cost(readings: dict | None, elements: int) -> dict | None:
     """CPU seconds per component over the run's window, and per million aggregated
     ``elements``; None for a run that never started its agents."""
@@ -270,8 +281,10 @@ def cpu_cost(readings: dict | None, elements: int) -> dict | None:
               "inside_process_system_time": None if apart is None else not apart}
     kernel["s_per_melem"] = per_melem(kernel["total_s"])
     total = sum(c["total_s"] for c in components.values()) + (kernel["total_s"] if apart else 0)
-    capacity = readings["window_s"] * readings["cores"]
-    return {"window_s": readings["window_s"], "cores": readings["cores"],
+    cores, by_server = machine_cores(readings)
+    capacity = readings["window_s"] * cores
+    return {"window_s": readings["window_s"], "cores": cores,
+            **({"cores_by_server": by_server} if by_server else {}),
             "elements_aggregated": elements, "components": components, "kernel": kernel,
             "total_s": total, "s_per_melem": per_melem(total),
             "share_of_machine": total / capacity if capacity else None,

@@ -1,12 +1,16 @@
 """Whether the servers of ``--cluster`` can take a run: ``qaina-bench doctor --cluster``
 and ``up --cluster`` ask every server, in one ssh session each, whether it is reached
 by ssh without a password, as root, with Mininet, a tun device and an sshd that allows
-tunnels, and the project (the same version, at the same path as here); with
-``--target bmv2`` also whether ``simple_switch_grpc`` is on PATH there and runs, with
-``simple_switch_CLI`` and nft beside it."""
+tunnels, nft (a switch there has its P4Runtime port guarded by an nftables table),
+and the project (the same version, at the same path as here); with ``--target bmv2``
+also whether ``simple_switch_grpc`` is on PATH there and runs, with
+``simple_switch_CLI`` beside it, and p4c there when this machine has none (it compiles
+the program then). ``local_bmv2_check``: this machine needs BMv2 and nft only when a
+switch of the run is placed here."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import uuid
@@ -14,11 +18,12 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ...settings import ConfigError
-from .cluster import Cluster, Server
+from .cluster import Cluster, Server, place
 
 PROBE = ("echo uid=$(id -u); echo mnexec=$(command -v mnexec); "
          "echo tun=$(test -c /dev/net/tun && echo yes); "
          "echo tunnel=$(sshd -T 2>/dev/null | sed -n 's/^permittunnel //p'); "
+         "echo nft=$(command -v nft); "
          "echo version=$({python} -m qaina_bench.harness.running.remote version 2>/dev/null)"
          "{bmv2}")
 # BMv2 asked for (--target bmv2): where simple_switch_grpc is, and its --version's first
@@ -26,12 +31,13 @@ PROBE = ("echo uid=$(id -u); echo mnexec=$(command -v mnexec); "
 BMV2_PROBE = ("; echo bmv2=$(command -v simple_switch_grpc); "
               "echo bmv2run=$(simple_switch_grpc --version 2>&1 | head -n 1); "
               "echo bmv2ok=$(simple_switch_grpc --version >/dev/null 2>&1 && echo yes); "
-              "echo nft=$(command -v nft); echo bmv2cli=$(command -v simple_switch_CLI)")
+              "echo bmv2cli=$(command -v simple_switch_CLI); echo p4c=$(command -v p4c)")
 
 
 def bmv2_checks(name: str, facts: dict) -> list[tuple[str, bool, str]]:
     """(what, ok, how to fix) for BMv2 on server ``name``, from what it said."""
     where = f"{name}:"
+    here = shutil.which("p4c") is not None
     if not facts.get("bmv2"):
         return [(f"{where} BMv2", False, "simple_switch_grpc not on PATH there: install "
                  "BMv2 there, or use --target embedded")]
@@ -41,9 +47,10 @@ def bmv2_checks(name: str, facts: dict) -> list[tuple[str, bool, str]]:
     return [(f"{where} BMv2 {facts.get('bmv2run', '')}".rstrip(), True, ""),
             (f"{where} simple_switch_CLI", bool(facts.get("bmv2cli")),
              "simple_switch_CLI not on PATH there (BMv2's Thrift CLI: registers, resets)"),
-            (f"{where} nft", bool(facts.get("nft")),
-             "nft not found: apt-get install nftables there (keeps BMv2's Thrift port "
-             "for that server's loopback)")]
+            (f"{where} p4c" + (" (not needed: this machine has p4c)" if here else ""),
+             bool(facts.get("p4c")) or here,
+             "p4c is on PATH neither there nor here: it compiles the program for BMv2 "
+             "(here, or on the switch's server when this machine has none)")]
 
 
 def probe(server: Server, timeout: float = 20, bmv2: bool = False) -> dict | str:
@@ -83,6 +90,9 @@ def check_server(server: Server, target: str = "embedded") -> list[tuple[str, bo
            (f"{where} sshd PermitTunnel", facts.get("tunnel") in ("yes", "ethernet"),
             f"sshd has PermitTunnel {facts.get('tunnel') or 'unknown'}: set "
             "`PermitTunnel yes` in its sshd_config (links between servers are ssh -w tunnels)"),
+           (f"{where} nft", bool(facts.get("nft")),
+            "nft not found: apt-get install nftables there (it keeps a switch's P4Runtime "
+            "port there for this machine and loopback, and BMv2's Thrift port for loopback)"),
            (f"{where} qaina-bench {ours} at {sys.executable}", facts.get("version") == ours,
             (f"it has qaina-bench {facts['version']}: install the same version"
              if facts.get("version") else
@@ -127,3 +137,23 @@ def cluster_for(text: str | None, target: str, host_cpu: float | None = None,
             if not ok:
                 raise ConfigError(f"--cluster: {server.name}: {fix}")
     return cluster
+
+
+def local_bmv2_check(cluster: Cluster | None, topo):
+    """ConfigError when a switch of ``topo`` is placed on this machine (every switch
+    without ``--cluster``) and this machine lacks BMv2, p4c or nft; with every switch
+    on other servers, their checks (``bmv2_checks``) stand for it."""
+    switches = topo.switches()
+    if cluster is not None:
+        where = place(cluster, switches, topo.hosts(), topo.links())
+        switches = [s for s in switches if Server(where[s]).local]
+    if not switches:
+        return
+    from ..switches.targets import bmv2_missing
+    from .linkloss import nft_available
+    if bmv2_missing():
+        raise ConfigError(f"--target bmv2: {bmv2_missing()} (switch {switches[0]} runs here)")
+    if not nft_available():
+        raise ConfigError("--target bmv2 needs nftables to keep BMv2's Thrift port "
+                          "(open on every address) for loopback only: "
+                          "apt-get install nftables")

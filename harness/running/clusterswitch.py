@@ -4,8 +4,11 @@
 is the plain switch; on another server its switch program (the embedded switch or
 BMv2's ``simple_switch_grpc``) is started there through ``remote launch``, listens for
 P4Runtime on the server's address at a port that server chose, and is recorded, and
-stopped, by its PID there. A remote BMv2's Thrift port (also chosen there) is kept for
-that server's loopback by an nftables table made there, recorded under the server.
+stopped, by its PID there. Its P4Runtime port is kept for this machine's address (as
+that server sees it) and the server's loopback by an nftables table made there
+(``RemoteP4RuntimeGuard``), and a remote BMv2's Thrift port (also chosen there) for that
+server's loopback by another; both are recorded under the server before they are made
+and removed with the switch.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from ..switches.targets import TargetError, make_target
 from .cluster import ClusterNode, Server
 from .network import QainaSwitch, quiet_interface
 from .remotebmv2 import RemoteBMv2Target
+from .remoteguard import RemoteP4RuntimeGuard, harness_address
 
 
 class ClusterSwitch(ClusterNode, QainaSwitch):
     """A QAINA switch that may run on another server."""
 
     remote_pid: int | None = None
+    p4rt_guard: RemoteP4RuntimeGuard | None = None
 
     def start(self, controllers):
         if not self.isRemote:
@@ -43,17 +48,17 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
                                       self.device_id, log, words=self.words)
         self.target.grpc_addr = f"{self.serverIP}:{port}"
         self._record_switch(port, thrift_port)
-        guard = getattr(self.target, "guard", None)
-        if guard is not None:
-            try:
-                guard.close_port()
-            except FirewallError as exc:
-                raise TargetError(f"{self.name}: {exc}") from None
+        guards = [self._p4runtime_guard(port)] + [
+            g for g in [getattr(self.target, "guard", None)] if g is not None]
         try:
+            for guard in guards:
+                guard.close_port()
             popen, pid, started = self.launch(self.target.command(), self.target.log_path)
-        except BaseException:
-            if guard is not None:
+        except BaseException as exc:
+            for guard in guards:
                 guard.remove()
+            if isinstance(exc, FirewallError):
+                raise TargetError(f"{self.name}: {exc}") from None
             raise
         self.target.proc = popen  # the ssh session: it ends when the switch does
         self.remote_pid = pid
@@ -61,6 +66,20 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
             self.record.add_process(popen.pid, f"ssh to switch {self.name} on {self.server}")
             self.record.add_remote_process(self.server, self.user, pid, started,
                                            f"switch {self.name}")
+
+    def _p4runtime_guard(self, port: int) -> RemoteP4RuntimeGuard:
+        """The guard of the switch's P4Runtime port on its server (not made yet),
+        listed in the run record under the server."""
+        server = Server(self.server, self.user)
+        try:
+            allowed = harness_address(server)
+        except FirewallError as exc:
+            raise TargetError(f"{self.name}: {exc}") from None
+        self.p4rt_guard = RemoteP4RuntimeGuard(port, allowed, server)
+        if self.record is not None:
+            self.record.add_remote_nft_table(self.server, self.user, self.p4rt_guard.family,
+                                             self.p4rt_guard.table)
+        return self.p4rt_guard
 
     def _remote_ports(self) -> tuple[int, int | None]:
         """Free ports of the server: P4Runtime's, and BMv2's Thrift (a different one;
@@ -92,4 +111,7 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
         if self.remote_pid is not None:
             self.kill_remote(self.remote_pid)
             self.remote_pid = None
+        if self.p4rt_guard is not None:
+            self.p4rt_guard.remove()
+            self.p4rt_guard = None
         QainaSwitch.stop(self, deleteIntfs)

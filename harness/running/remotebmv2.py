@@ -2,57 +2,34 @@
 
 ``RemoteBMv2Target`` is ``BMv2Target`` whose process runs on ``server``: the switch
 itself is started there by ``ClusterSwitch`` through ``remote launch`` (its ports
-chosen by that server, P4Runtime on the server's address); the p4c JSON still
-compiles here and reaches the switch over P4Runtime, so no file of it is needed
-there. What talks to its Thrift port runs on the server too: ``simple_switch_CLI``
-over ssh to 127.0.0.1 there, and the nftables guard that keeps the port for that
-server's loopback (``RemoteThriftGuard``).
+chosen by that server, P4Runtime on the server's address); the p4c JSON compiles
+here (or, when this machine has no p4c, with the server's p4c over ssh: the source
+in, the files back, nothing left there) and reaches the switch over P4Runtime, so no
+file of it is needed there. What talks to its Thrift port runs on the server too:
+``simple_switch_CLI`` over ssh to 127.0.0.1 there, and the nftables guard that keeps
+the port for that server's loopback (``RemoteThriftGuard``).
 """
 
 from __future__ import annotations
 
-import subprocess
+import shutil
+from pathlib import Path
 
-from ..switches.firewall import FirewallError, ThriftGuard
-from ..switches.targets import BMv2Target
+from ..switches.firewall import ThriftGuard
+from ..switches.targets import BMv2Target, TargetError, compile_p4
 from .cluster import Server
+from .remoteguard import RemoteGuard, run_on
 
 
-def run_on(server: Server, cmd: list[str], stdin: str = "",
-           timeout: float = 30) -> subprocess.CompletedProcess:
-    """``cmd`` on ``server`` over ssh; its output as text (a failure to reach the
-    server is a non-zero return code with ssh's message)."""
-    try:
-        return subprocess.run(server.ssh(*cmd), input=stdin, capture_output=True, text=True,
-                              timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return subprocess.CompletedProcess(cmd, 255, "", str(exc))
-
-
-class RemoteThriftGuard(ThriftGuard):
+class RemoteThriftGuard(RemoteGuard, ThriftGuard):
     """``ThriftGuard``'s nftables table, made and deleted on ``server``."""
 
+    what = "Thrift"
+    needs = "BMv2 there needs it to keep its Thrift port for loopback"
+
     def __init__(self, port: int, server: Server):
-        super().__init__(port)
+        ThriftGuard.__init__(self, port)
         self.server = server
-
-    def close_port(self):
-        res = run_on(self.server, ["sh", "-c", f"command -v nft >/dev/null || exit 3; "
-                                   f"nft delete table {self.family} {self.table} "
-                                   f"2>/dev/null; nft -f -"], self.script())
-        if res.returncode == 3:
-            raise FirewallError(f"{self.server.name} has no nft: BMv2 there needs it to keep "
-                                "its Thrift port for loopback (apt-get install nftables)")
-        if res.returncode != 0:
-            raise FirewallError(f"nft on {self.server.name} could not close Thrift port "
-                                f"{self.port}: {(res.stderr or res.stdout).strip()[-200:]}")
-
-    def remove(self):
-        run_on(self.server, ["nft", "delete", "table", self.family, self.table])
-
-    def exists(self) -> bool:
-        res = run_on(self.server, ["nft", "list", "table", self.family, self.table])
-        return res.returncode == 0
 
 
 class RemoteBMv2Target(BMv2Target):
@@ -71,12 +48,33 @@ class RemoteBMv2Target(BMv2Target):
     def cli_command(self) -> list[str]:
         return self.server.ssh(*super().cli_command())
 
+    def compiled(self) -> tuple[Path, Path]:
+        """p4c's files, compiled here, or on the switch's server when this machine has
+        no p4c (``compile_p4``'s cache here holds them either way)."""
+        if self.p4c_there() is None:
+            return super().compiled()
+        try:
+            return compile_p4(self.words, on=self.server.ssh)
+        except TargetError as exc:
+            raise TargetError(f"{self.name}: this machine has no p4c, and p4c on "
+                              f"{self.server.name}: {exc}") from None
+
+    def p4c_there(self) -> str | None:
+        """The server whose p4c compiles the program: None when this machine's does."""
+        return None if shutil.which("p4c") else self.server.name
+
     def describe(self) -> dict:
-        """As ``BMv2Target`` (p4c is this machine's), with the server's BMv2."""
+        """As ``BMv2Target``, with the server's BMv2 (and its p4c when this machine
+        has none)."""
         res = run_on(self.server, ["simple_switch_grpc", "--version"])
         lines = res.stdout.strip().splitlines() if res.returncode == 0 else []
-        return {**super().describe(), "simple_switch_grpc": {
+        out = {**super().describe(), "simple_switch_grpc": {
             "server": self.server.name, "version": lines[0] if lines else None}}
+        if self.p4c_there():
+            res = run_on(self.server, ["p4c", "--version"])
+            lines = res.stdout.strip().splitlines() if res.returncode == 0 else []
+            out["p4c"] = {"server": self.server.name, "version": lines[0] if lines else None}
+        return out
 
     def stop(self, timeout: float = 5.0):
         """The ssh session ended, the notifications socket and the guard gone there

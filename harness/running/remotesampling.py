@@ -11,7 +11,8 @@ to ``timeseries.csv`` with the server in its ``server`` column, where the fideli
 verdict reads them. Timestamps are each server's own clock: the servers must be
 NTP-synchronised; each server's offset from this machine, measured when its sampler
 starts (``clock_offset``: its ``date +%s.%N`` over ssh, as at the midpoint of the
-round trip), is in the summary's ``clock_offsets``.
+round trip), is in the summary's ``clock_offsets``, with the server's cores
+(``server_cores``), which ``merge_samples`` adds to the CPU cost's capacity.
 """
 
 from __future__ import annotations
@@ -54,6 +55,17 @@ def clock_offset(server: Server, exchanges: int = 5) -> dict:
     return {"offset_s": best[1], "round_trip_s": best[0] if best[1] is not None else None}
 
 
+def server_cores(server: Server) -> int | None:
+    """The CPUs ``server`` has online (``getconf _NPROCESSORS_ONLN`` there, as
+    ``psutil.cpu_count()`` counts them here); None when it does not say."""
+    try:
+        res = subprocess.run(server.ssh("getconf", "_NPROCESSORS_ONLN"), capture_output=True,
+                             text=True, timeout=20)
+        return int(res.stdout.strip()) if res.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+
+
 class RemoteSampler:
     """``remotesample.py`` on ``server`` for its ``interfaces`` and ``processes``
     (name -> PID there), writing ``directory/samples/<server>.csv`` there."""
@@ -70,6 +82,7 @@ class RemoteSampler:
         self.popen: subprocess.Popen | None = None
         self.pid: int | None = None
         self.clock: dict = {}
+        self.cores: int | None = None
 
     def command(self) -> list[str]:
         args = [str(self.out), str(self.interval)]
@@ -85,6 +98,7 @@ class RemoteSampler:
         """Measure the server's clock offset, then start sampling there; OSError (one
         line) when it does not start."""
         self.clock = clock_offset(self.server)
+        self.cores = server_cores(self.server)
         self.popen = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       start_new_session=True)
@@ -147,8 +161,12 @@ def merge_samples(writer, samplers: list[RemoteSampler], readings: dict | None =
     """Every remote sampler's rows, now here, into ``writer``'s ``timeseries.csv``
     with their server; returns each server's clock offset and how many rows it gave.
     ``readings`` (the CPU ledger's, this machine's window ``began``..``ended``) get the
-    remote processes' CPU seconds over that window in place of their ssh sessions'."""
+    remote processes' CPU seconds over that window in place of their ssh sessions', and
+    ``cores_by_server``: this machine's cores and each server's."""
     out = {}
+    if readings and samplers:
+        readings["cores_by_server"] = {"localhost": readings.get("cores"),
+                                       **{s.server.name: s.cores for s in samplers}}
     for sampler in samplers:
         name = sampler.server.name
         try:

@@ -36,7 +36,7 @@ from .capture import CaptureError, CapturePlan
 from ..switches.jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
 from .mncli import RunCLI
-from .clustercheck import cluster_for
+from .clustercheck import cluster_for, local_bmv2_check
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
 from .rundir import RunFiles
@@ -135,14 +135,12 @@ class Run:
                               "kernel with netem (e.g. the Vagrant VM)")
         if cfg.network.host_cpu and limit_problem():
             raise ConfigError(limit_problem())
-        if cfg.network.target == "bmv2" and not nft_available():
-            raise ConfigError("--target bmv2 needs nftables to keep BMv2's Thrift port "
-                              "(open on every address) for loopback only: "
-                              "apt-get install nftables")
         if cfg.network.loss and not self.netem and not nft_available():
             raise ConfigError("--loss needs netem or nftables: this kernel has no netem; "
                               "install nftables (apt-get install nftables)")
         topo = build_topology(cfg)
+        if cfg.network.target == "bmv2":
+            local_bmv2_check(self.cluster, topo)
         #: --pcap: the interfaces to capture and the tool, checked before anything starts
         self.capture = (CapturePlan.resolve(cfg.output.pcap, topo, cfg.output.pcap_size)
                         if cfg.output.pcap else None)

@@ -10,6 +10,11 @@ switch's Thrift port that does not arrive on ``lo``; the harness's own
 process that made it and the port, so two runs never share one, and it is removed
 when the switch stops; a run records it (``RunRecord.add_nft_table``), so ``clean``
 removes it after a ``kill -9``.
+
+``P4RuntimeGuard`` is the same for a P4Runtime port that listens on a server's own
+address (a switch on another server of a cluster): the port stays open to loopback
+and to the one address the harness connects from; ``harness/running/remoteguard.py``
+makes both kinds of table on a switch's server.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import subprocess
 
 FAMILY = "inet"
 TABLE_PREFIX = "qaina_thrift_"
+P4RT_PREFIX = "qaina_p4rt_"
 
 
 class FirewallError(RuntimeError):
@@ -80,3 +86,26 @@ class ThriftGuard:
 
     def exists(self) -> bool:
         return table_exists(self.family, self.table)
+
+
+class P4RuntimeGuard(ThriftGuard):
+    """The nftables table that keeps a P4Runtime port for loopback and one address
+    (the harness's, as the switch's server sees it): a switch on another server of a
+    cluster listens on that server's address, not on 127.0.0.1. Every other TCP
+    connection to the port is rejected with a reset."""
+
+    def __init__(self, port: int, allowed: str, owner: int | None = None):
+        super().__init__(port, owner)
+        self.allowed = allowed
+        self.table = f"{P4RT_PREFIX}{owner or os.getpid()}_{port}"
+
+    def script(self) -> str:
+        t = f"{self.family} {self.table}"
+        source = "ip6 saddr" if ":" in self.allowed else "ip saddr"
+        rule = f"add rule {t} input tcp dport {self.port}"
+        return (f"add table {t}\n"
+                f"add chain {t} input {{ type filter hook input priority -10 ; "
+                f"policy accept ; }}\n"
+                f"{rule} iif lo accept\n"
+                f"{rule} {source} {self.allowed} accept\n"
+                f"{rule} counter reject with tcp reset\n")

@@ -10,12 +10,14 @@ exactly that process.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -156,24 +158,29 @@ def bmv2_missing() -> str | None:
     return None
 
 
-def compile_p4(words: int = QAINA_WORDS, cache: Path | None = None) -> tuple[Path, Path]:
+def compile_p4(words: int = QAINA_WORDS, cache: Path | None = None,
+               on=None) -> tuple[Path, Path]:
     """Compile the ``words``-word build of ``qaina.p4`` with p4c for BMv2; returns
-    (bmv2 json, p4info text).
+    (bmv2 json, p4info text). ``on``: how to run a command on another machine (a
+    function of the command's words giving its command line, ``Server.ssh``), whose
+    p4c compiles it there instead (used when this machine has none).
 
-    Kept in a cache keyed by the source and the p4c version, written whole or not at
-    all (several runs may compile at once).
+    Kept in a cache here keyed by the source and the p4c version, written whole or not
+    at all (several runs may compile at once).
     """
-    p4c = shutil.which("p4c")
+    p4c = shutil.which("p4c") if on is None else "p4c"
     if p4c is None:
         raise TargetError("p4c is not on PATH (install the P4 toolchain or use vagrant up)")
     text = program.source(words)
-    key = hashlib.sha256(text.encode() + (_version([p4c, "--version"]) or "").encode())
+    version = _version(on("p4c", "--version") if on else [p4c, "--version"])
+    if on is not None and version is None:
+        raise TargetError("p4c does not run there")
+    key = hashlib.sha256(text.encode() + (version or "").encode())
     root = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
         / "qaina-bench" / "p4c"
     out = root / key.hexdigest()[:16]
     # p4c 1.2.4 refuses a .txtpb P4Info name, 1.2.5 warns that .txt is deprecated.
-    version = _version([p4c, "--version"]) or ""
-    numbers = tuple(int(x) for x in re.findall(r"\d+", version.split("(")[0])[:3])
+    numbers = tuple(int(x) for x in re.findall(r"\d+", (version or "").split("(")[0])[:3])
     suffix = ".txtpb" if numbers >= (1, 2, 5) else ".txt"
     json_path, info_path = out / "qaina.json", out / f"qaina.p4info{suffix}"
     if json_path.exists() and info_path.exists():
@@ -181,15 +188,10 @@ def compile_p4(words: int = QAINA_WORDS, cache: Path | None = None) -> tuple[Pat
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     try:
-        source = work / "qaina.p4"
-        source.write_text(text)
-        cmd = [p4c, "--target", "bmv2", "--arch", "v1model", "-o", str(work),
-               "--p4runtime-files", str(work / info_path.name), str(source)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        source.unlink()
-        if res.returncode != 0:
-            raise TargetError(f"p4c failed on the {words}-word qaina.p4: "
-                              f"{res.stderr.strip()[-2000:]}")
+        if on is None:
+            _p4c_here(p4c, text, work, info_path.name, words)
+        else:
+            _p4c_there(on, text, work, info_path.name, words)
         try:
             work.rename(out)
         except OSError:  # another process finished first
@@ -198,6 +200,40 @@ def compile_p4(words: int = QAINA_WORDS, cache: Path | None = None) -> tuple[Pat
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return json_path, info_path
+
+
+def _p4c_here(p4c: str, text: str, work: Path, info_name: str, words: int):
+    """p4c's qaina.json and P4Info of ``text`` written into ``work``."""
+    source = work / "qaina.p4"
+    source.write_text(text)
+    cmd = [p4c, "--target", "bmv2", "--arch", "v1model", "-o", str(work),
+           "--p4runtime-files", str(work / info_name), str(source)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    source.unlink()
+    if res.returncode != 0:
+        raise TargetError(f"p4c failed on the {words}-word qaina.p4: "
+                          f"{res.stderr.strip()[-2000:]}")
+
+
+def _p4c_there(on, text: str, work: Path, info_name: str, words: int):
+    """The same, p4c run on another machine (``on``): the source goes on its stdin, the
+    two files come back as a tar on its stdout, its temporary directory there is
+    removed when it exits."""
+    script = ('d=$(mktemp -d) || exit 1; trap \'rm -rf "$d"\' EXIT HUP INT TERM; '
+              'cat >"$d/qaina.p4" && p4c --target bmv2 --arch v1model -o "$d" '
+              f'--p4runtime-files "$d/{info_name}" "$d/qaina.p4" >&2 && '
+              f'tar -C "$d" -cf - qaina.json {info_name}')
+    try:
+        res = subprocess.run(on("sh", "-c", script), input=text.encode(),
+                             capture_output=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TargetError(f"p4c there did not answer: {exc}") from None
+    if res.returncode != 0:
+        raise TargetError(f"p4c there failed on the {words}-word qaina.p4: "
+                          f"{res.stderr.decode(errors='replace').strip()[-2000:]}")
+    with tarfile.open(fileobj=io.BytesIO(res.stdout)) as tar:
+        for name in ("qaina.json", info_name):
+            (work / name).write_bytes(tar.extractfile(name).read())
 
 
 def _version(cmd: list[str]) -> str | None:
@@ -276,12 +312,16 @@ class BMv2Target(SwitchProcess):
         """p4c's JSON of this switch's build of ``qaina.p4``. BMv2 takes any P4Info
         with it, so this refuses to go on when p4c's P4Info is not the one the harness
         sends (``program.p4info``)."""
-        json_path, info_path = compile_p4(self.words)
+        json_path, info_path = self.compiled()
         why = difference(program.p4info(self.words).proto, P4Info.load(info_path).proto)
         if why:
             raise TargetError(f"p4c's P4Info of the {self.words}-word qaina.p4 differs from "
                               f"the committed one ({why}): run `make p4info`")
         return json_path.read_bytes()
+
+    def compiled(self) -> tuple[Path, Path]:
+        """p4c's JSON and P4Info of this switch's build (``compile_p4``)."""
+        return compile_p4(self.words)
 
     def fresh_pipeline(self, conn):
         """BMv2 keeps register and counter values and its multicast nodes across a
