@@ -166,6 +166,47 @@ nothing_left() {
 }
 nothing_left "after the run"
 
+say "a trace set only on qb-a, outside the project; --pcap on nodes of qb-b and qb-c"
+"${A[@]}" .venv/bin/qaina-bench traces record mine --out /tmp/qb-traces --model mlp \
+  --workers 4 --iterations 2 >/dev/null
+for s in qb-b qb-c; do
+  docker exec "$s" test ! -e /tmp/qb-traces || { echo "  $s has /tmp/qb-traces" >&2; exit 1; }
+done
+flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
+  --topo leafspine --jobs 1 --workers 4 --iterations 2 --record-levels \
+  --trace /tmp/qb-traces/mine --pcap h2,lf2,sp1 --results-dir /results --run-id cluster-inputs
+"${AI[@]}" .venv/bin/python - <<'CHECK'
+import json, sys
+sys.path.insert(0, "tests")
+from cluster_check import checked_run
+from test_pcap_runs import decode
+run, summary, where = checked_run("cluster-inputs")
+assert (where["h2"], where["lf2"], where["sp1"]) == ("qb-b", "qb-b", "qb-c"), where
+config = json.loads((run / "agents" / "j1w1.json").read_text())  # h2's agent, on qb-b
+assert config["trace"] == "/results/cluster-inputs/.inputs/mine", config["trace"]
+assert not (run / ".inputs").exists(), "the trace copy came back with the results"
+captures = json.loads((run / "pcap" / "captures.json").read_text())
+files = {f["file"]: f for f in captures["files"]}
+suffix = ".pcapng" if captures["tool"] == "dumpcap" else ".pcap"
+remote = [f for f in files.values() if f.get("server")]
+assert {f["server"] for f in remote} == {"qb-b", "qb-c"}, files
+assert {f["node"] for f in remote} == {"h2", "lf2", "sp1"}, files
+per_node = {}
+for f in remote:  # every UDP frame decodes as QAINA (decode checks), of job 1
+    path = run / "pcap" / f["file"]
+    assert path.is_file() and path.stat().st_size == f["bytes"] > 0, (f, path)
+    packets = decode(run, f["interface"], suffix)
+    assert all(p["job_id"] == 1 for p in packets), f["file"]
+    per_node[f["node"]] = per_node.get(f["node"], 0) + len(packets)
+assert all(per_node[n] > 0 for n in ("h2", "lf2", "sp1")), per_node
+print(f"  exact sums with the trace set of qb-a only; {len(remote)} captures of qb-b and "
+      f"qb-c in the result set, QAINA packets decoded per node {per_node}")
+CHECK
+nothing_left "after the trace and --pcap run"
+for s in qb-b qb-c; do
+  docker exec "$s" test ! -e /tmp/qb-traces || { echo "  $s has /tmp/qb-traces" >&2; exit 1; }
+done
+
 if [ "$bmv2" = yes ]; then
   say "BMv2: doctor --cluster --target bmv2"
   "${A[@]}" .venv/bin/qaina-bench doctor --cluster localhost,qb-b,qb-c --target bmv2 \

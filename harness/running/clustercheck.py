@@ -3,7 +3,8 @@ and ``up --cluster`` ask every server, in one ssh session each, whether it is re
 by ssh without a password, as root, with Mininet, a tun device and an sshd that allows
 tunnels, and the project (the same version, at the same path as here); with
 ``--target bmv2`` also whether ``simple_switch_grpc`` is on PATH there and runs, with
-``simple_switch_CLI`` and nft beside it."""
+``simple_switch_CLI`` and nft beside it; with ``--pcap``, whether this machine's capture
+tool is there (``doctor`` says whether any is)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from .cluster import Cluster, Server
 PROBE = ("echo uid=$(id -u); echo mnexec=$(command -v mnexec); "
          "echo tun=$(test -c /dev/net/tun && echo yes); "
          "echo tunnel=$(sshd -T 2>/dev/null | sed -n 's/^permittunnel //p'); "
+         "echo dumpcap=$(command -v dumpcap); echo tcpdump=$(command -v tcpdump); "
          "echo version=$({python} -m qaina_bench.harness.running.remote version 2>/dev/null)"
          "{bmv2}")
 # BMv2 asked for (--target bmv2): where simple_switch_grpc is, and its --version's first
@@ -63,8 +65,22 @@ def probe(server: Server, timeout: float = 20, bmv2: bool = False) -> dict | str
     return dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
 
 
-def check_server(server: Server, target: str = "embedded") -> list[tuple[str, bool, str]]:
-    """(what, ok, how to fix) for each requirement ``server`` must meet."""
+def capture_check(name: str, facts: dict, tool: str | None) -> tuple[str, bool, str]:
+    """(what, ok, how to fix) for ``--pcap`` on server ``name``: ``tool`` (what captures
+    here) there; without one, either capture tool (optional: doctor)."""
+    if tool is None:
+        return (f"{name}: dumpcap or tcpdump (optional: --pcap)",
+                bool(facts.get("dumpcap") or facts.get("tcpdump")),
+                "no capture tool there: apt-get install tshark (or tcpdump) there")
+    return (f"{name}: {tool} (--pcap)", bool(facts.get(tool)),
+            f"--pcap captures with {tool}, which is not on PATH there: apt-get install "
+            f"{'tshark' if tool == 'dumpcap' else tool} there")
+
+
+def check_server(server: Server, target: str = "embedded",
+                 capture_tool: str | None = None) -> list[tuple[str, bool, str]]:
+    """(what, ok, how to fix) for each requirement ``server`` must meet (``capture_tool``:
+    ``--pcap``'s tool, needed there)."""
     where = f"{server.name}:"
     if server.local:
         return [(f"{where} this machine", True, "")]
@@ -89,7 +105,7 @@ def check_server(server: Server, target: str = "embedded") -> list[tuple[str, bo
              f"no qaina-bench at {sys.executable}: install the project at the same path"))]
     if target == "bmv2":
         out += bmv2_checks(server.name, facts)
-    return out
+    return out + [capture_check(server.name, facts, capture_tool)]
 
 
 def shared_directory(server: Server, directory: Path) -> bool:
@@ -109,9 +125,10 @@ def shared_directory(server: Server, directory: Path) -> bool:
 
 
 def cluster_for(text: str | None, target: str, host_cpu: float | None = None,
-                local_only: dict | None = None) -> Cluster | None:
+                local_only: dict | None = None, pcap: bool = False) -> Cluster | None:
     """The run's cluster, every server checked; ConfigError with the first problem.
-    ``local_only``: options given (flag -> value) that work on this machine only."""
+    ``local_only``: options given (flag -> value) that work on this machine only;
+    ``pcap``: ``--pcap`` given (its tool needed on every server)."""
     if not text:
         return None
     cluster = Cluster.parse(text)
@@ -122,8 +139,12 @@ def cluster_for(text: str | None, target: str, host_cpu: float | None = None,
     if cluster.remote and given:
         raise ConfigError(f"{given[0]} with --cluster is not supported on other servers: "
                           f"run without {given[0]}, or with --cluster localhost")
+    tool = None
+    if pcap and cluster.remote:
+        from .capture import find_tool
+        tool = find_tool()[0]
     for server in cluster.remote:
-        for what, ok, fix in check_server(server, target):
-            if not ok:
+        for what, ok, fix in check_server(server, target, tool):
+            if not ok and "(optional" not in what:
                 raise ConfigError(f"--cluster: {server.name}: {fix}")
     return cluster

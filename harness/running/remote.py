@@ -10,6 +10,7 @@
   ``harness/running/rundir.py``): made, then every file added or grown under it sent
   on stdout while files sent on stdin are written there, until stdin ends;
 * ``rmtree DIR TOP``: DIR removed, then its parents up to TOP while they are empty;
+* ``captures wait|stop TOOL N``: the run's packet captures there (``remotecapture.py``);
 * ``version``: the project's version here.
 """
 
@@ -94,6 +95,9 @@ def main(argv: list[str]) -> int:
         return follow(rest[0])
     if action == "rmtree" and len(rest) == 2:
         return rmtree(*rest)
+    if action == "captures":
+        from .remotecapture import serve
+        return serve(rest)
     if action == "version":
         from importlib.metadata import version
         print(version("qaina-bench"))
