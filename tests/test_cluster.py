@@ -303,7 +303,8 @@ def launch_capture(tmp_path, interface: str):
     from qaina_bench.harness.running.remotecapture import command
     plan = CapturePlan({interface: "n"}, "tcpdump", shutil.which("tcpdump"), 10)
     path, log = tmp_path / "run" / "pcap" / f"{interface}.pcap", tmp_path / f"{interface}.log"
-    cmd = command(plan.command(interface, path), path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = command(plan.command(interface, path))
     proc = subprocess.Popen([sys.executable, "-m", "qaina_bench.harness.running.remote",
                              "launch", "--log", str(log), "--"] + cmd,
                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
@@ -340,3 +341,21 @@ def test_a_servers_captures_are_waited_for_stopped_and_counted_there(tmp_path):
     bad.wait(10)
     assert res.returncode == 1 and res.stderr.startswith("tcpdump on qbnosuch0 exited")
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.root
+@pytest.mark.skipif(shutil.which("mnexec") is None, reason="mnexec missing")
+def test_host_cpu_on_a_cluster_limits_each_host_through_its_servers_shell(tmp_path, record_dir):
+    from qaina_bench.harness.running.cpulimit import cgroup_dirs, limit_problem
+    if limit_problem():
+        pytest.skip(limit_problem())
+    summary, _ = execute(tmp_path, topo="leafspine", jobs=1, workers=2, bits=[4],
+                         iterations=4, cluster="localhost", host_cpu=0.1)
+    assert summary["complete"], summary["errors"]
+    cost = summary["cpu_cost"]
+    agents = [p for p in cost["processes"].values() if p["component"] == "agents"]
+    assert len(agents) == 2
+    for p in agents:  # each agent ran in its host's cgroup: 0.1 cores at most
+        assert p["user_s"] + p["system_s"] <= 0.1 * cost["window_s"] + 0.05, p
+    assert not any(d.exists() for h in ("h1", "h2") for d in cgroup_dirs(h))
+    assert not list(record_dir.glob("*.json"))

@@ -187,8 +187,9 @@ class CapturePlan:
                       record) -> Capture:
         """A capture on the server of ``node`` (``remotecapture.py``), recorded there."""
         from .remotecapture import command
+        node.rcmd(f"mkdir -p {path.parent}")  # the run's pcap/ there
         try:
-            popen, pid, started = node.launch(command(cmd, path.parent), log)
+            popen, pid, started = node.launch(command(cmd), log)
         except RuntimeError as exc:
             raise CaptureError(str(exc)) from None
         record.add_process(popen.pid, f"ssh to {self.tool} on {interface}")

@@ -27,11 +27,10 @@ from .capture import DRAIN_S, Capture, CaptureError, capturing
 from .cluster import Server, run_remote
 
 
-def command(cmd: list[str], out_dir: Path) -> list[str]:
-    """A capture's command line for ``remote launch``: ``out_dir`` made there first, the
-    tool then found on that server's PATH (the same PID: ``exec``)."""
-    return ["sh", "-c", 'mkdir -p "$0" && exec "$@"', str(out_dir),
-            Path(cmd[0]).name] + cmd[1:]
+def command(cmd: list[str]) -> list[str]:
+    """A capture's command line for ``remote launch``: the tool found on that server's
+    PATH (ssh passes the words on unquoted: none has a space or a quote)."""
+    return [Path(cmd[0]).name] + cmd[1:]
 
 
 def entries(captures: list[Capture]) -> list[dict]:
