@@ -15,7 +15,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ...settings import ConfigError
-from .cluster import Cluster, Server
+from .cluster import Cluster, Server, run_remote
 
 PROBE = ("echo uid=$(id -u); echo mnexec=$(command -v mnexec); "
          "echo tun=$(test -c /dev/net/tun && echo yes); "
@@ -124,6 +124,18 @@ def shared_directory(server: Server, directory: Path) -> bool:
         probe_file.unlink(missing_ok=True)
 
 
+def cpu_limit_problem(server: Server) -> str | None:
+    """Why hosts cannot be CPU-limited on ``server`` (``cpulimit.limit_problem`` there),
+    in one line; None when they can."""
+    try:
+        res = run_remote(server, ["cpulimit"], timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"not reached ({exc})"
+    said = (res.stdout.strip() or res.stderr.strip()).splitlines()
+    return (said[-1] if said else None) if res.returncode == 0 else \
+        f"cannot say whether hosts can be CPU-limited there: {said[-1] if said else '?'}"
+
+
 def cluster_for(text: str | None, target: str, host_cpu: float | None = None,
                 local_only: dict | None = None, pcap: bool = False) -> Cluster | None:
     """The run's cluster, every server checked; ConfigError with the first problem.
@@ -132,9 +144,6 @@ def cluster_for(text: str | None, target: str, host_cpu: float | None = None,
     if not text:
         return None
     cluster = Cluster.parse(text)
-    if cluster.remote and host_cpu:
-        raise ConfigError("--host-cpu with --cluster is not supported on other servers: "
-                          "run without --host-cpu")
     given = [flag for flag, value in (local_only or {}).items() if value]
     if cluster.remote and given:
         raise ConfigError(f"{given[0]} with --cluster is not supported on other servers: "
@@ -147,4 +156,7 @@ def cluster_for(text: str | None, target: str, host_cpu: float | None = None,
         for what, ok, fix in check_server(server, target, tool):
             if not ok and "(optional" not in what:
                 raise ConfigError(f"--cluster: {server.name}: {fix}")
+        problem = cpu_limit_problem(server) if host_cpu else None
+        if problem:
+            raise ConfigError(f"--cluster: {server.name}: {problem}")
     return cluster
