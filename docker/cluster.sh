@@ -227,7 +227,9 @@ echo "  up before: $out"
 [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "qb-b: --host-cpu makes a cgroup" \
   || exit 1
 writable_cgroups
-docker exec -d qb-b sh -c 'for i in $(seq 6000); do
+# h2's agent on qb-b and its cgroup's quota, watched until the run has ended (however
+# long the run waits for the test lock)
+docker exec -d qb-b sh -c 'while [ ! -e /tmp/h2-run-ended ]; do
     for p in $(cat /sys/fs/cgroup/cpu/h2/tasks 2>/dev/null); do
       if grep -qs qaina_bench.hosts.agent /proc/$p/cmdline; then
         cat /sys/fs/cgroup/cpu/h2/cpu.cfs_quota_us /sys/fs/cgroup/cpu/h2/cpu.cfs_period_us \
@@ -237,6 +239,7 @@ docker exec -d qb-b sh -c 'for i in $(seq 6000); do
 flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
   --topo leafspine --jobs 1 --workers 2 --iterations 2 --record-levels --host-cpu 0.5 \
   --results-dir /results --run-id cluster-cpu
+docker exec qb-b touch /tmp/h2-run-ended
 "${AI[@]}" .venv/bin/python - <<'CHECK'
 import sys
 sys.path.insert(0, "tests")
