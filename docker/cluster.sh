@@ -170,6 +170,97 @@ nothing_left() {
 }
 nothing_left "after the run"
 
+say "a trace set only on qb-a, outside the project; --pcap on nodes of qb-b and qb-c"
+"${A[@]}" .venv/bin/qaina-bench traces record mine --out /tmp/qb-traces --model mlp \
+  --workers 4 --iterations 2 >/dev/null
+for s in qb-b qb-c; do
+  docker exec "$s" test ! -e /tmp/qb-traces || { echo "  $s has /tmp/qb-traces" >&2; exit 1; }
+done
+flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
+  --topo leafspine --jobs 1 --workers 4 --iterations 2 --record-levels \
+  --trace /tmp/qb-traces/mine --pcap h2,lf2,sp1 --results-dir /results --run-id cluster-inputs
+"${AI[@]}" .venv/bin/python - <<'CHECK'
+import json, sys
+sys.path.insert(0, "tests")
+from cluster_check import checked_run
+from test_pcap_runs import decode
+run, summary, where = checked_run("cluster-inputs")
+assert (where["h2"], where["lf2"], where["sp1"]) == ("qb-b", "qb-b", "qb-c"), where
+config = json.loads((run / "agents" / "j1w1.json").read_text())  # h2's agent, on qb-b
+assert config["trace"] == "/results/cluster-inputs/.inputs/mine", config["trace"]
+assert not (run / ".inputs").exists(), "the trace copy came back with the results"
+captures = json.loads((run / "pcap" / "captures.json").read_text())
+files = {f["file"]: f for f in captures["files"]}
+suffix = ".pcapng" if captures["tool"] == "dumpcap" else ".pcap"
+remote = [f for f in files.values() if f.get("server")]
+assert {f["server"] for f in remote} == {"qb-b", "qb-c"}, files
+assert {f["node"] for f in remote} == {"h2", "lf2", "sp1"}, files
+per_node = {}
+for f in remote:  # every UDP frame decodes as QAINA (decode checks), of job 1
+    path = run / "pcap" / f["file"]
+    assert path.is_file() and path.stat().st_size == f["bytes"] > 0, (f, path)
+    packets = decode(run, f["interface"], suffix)
+    assert all(p["job_id"] == 1 for p in packets), f["file"]
+    per_node[f["node"]] = per_node.get(f["node"], 0) + len(packets)
+assert all(per_node[n] > 0 for n in ("h2", "lf2", "sp1")), per_node
+print(f"  exact sums with the trace set of qb-a only; {len(remote)} captures of qb-b and "
+      f"qb-c in the result set, QAINA packets decoded per node {per_node}")
+CHECK
+nothing_left "after the trace and --pcap run"
+for s in qb-b qb-c; do
+  docker exec "$s" test ! -e /tmp/qb-traces || { echo "  $s has /tmp/qb-traces" >&2; exit 1; }
+done
+
+# --host-cpu: Docker mounts a container's cgroups read-only; each container gets its
+# own cgroup (v1: cpu, cpuacct, cpuset) read-write where Mininet's tools and mnexec -g
+# look (/sys/fs/cgroup/<controller>), by a bind mount of it over that path.
+writable_cgroups() {
+  local s
+  for s in "${SERVERS[@]}"; do
+    docker exec "$s" sh -c 'for h in cpu cpuacct cpuset; do
+        own=$(sed -n "s/^[0-9]*:$h:\(.*\)/\1/p" /proc/self/cgroup)
+        mkdir -p /run/cg-$h && mount -t cgroup -o $h cgroup /run/cg-$h \
+          && mount --bind "/run/cg-$h$own" /sys/fs/cgroup/$h && umount /run/cg-$h || exit 1
+      done' || { echo "  $s: cannot make its cgroups writable" >&2; exit 1; }
+  done
+}
+say "--host-cpu 0.5 over the three servers: every host limited on its own server"
+out=$("${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-b --host-cpu 0.5 \
+  --results-dir /results 2>&1 && exit 1 || true)  # read-only cgroups there: refused
+echo "  up before: $out"
+[ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "qb-b: --host-cpu makes a cgroup" \
+  || exit 1
+writable_cgroups
+# h2's agent on qb-b and its cgroup's quota, watched until the run has ended (however
+# long the run waits for the test lock)
+docker exec -d qb-b sh -c 'while [ ! -e /tmp/h2-run-ended ]; do
+    for p in $(cat /sys/fs/cgroup/cpu/h2/tasks 2>/dev/null); do
+      if grep -qs qaina_bench.hosts.agent /proc/$p/cmdline; then
+        cat /sys/fs/cgroup/cpu/h2/cpu.cfs_quota_us /sys/fs/cgroup/cpu/h2/cpu.cfs_period_us \
+          > /tmp/h2-quota; exit 0
+      fi
+    done; sleep 0.1; done'
+flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
+  --topo leafspine --jobs 1 --workers 2 --iterations 2 --record-levels --host-cpu 0.5 \
+  --results-dir /results --run-id cluster-cpu
+docker exec qb-b touch /tmp/h2-run-ended
+"${AI[@]}" .venv/bin/python - <<'CHECK'
+import sys
+sys.path.insert(0, "tests")
+from cluster_check import checked_run
+run, summary, where = checked_run("cluster-cpu")
+assert where["h2"] == "qb-b" and summary["host_cpu"] == 0.5, (where, summary["host_cpu"])
+print(f"  exact sums with every host at 0.5 cores; placement {where}")
+CHECK
+quota=$(docker exec qb-b cat /tmp/h2-quota 2>/dev/null | tr '\n' ' ')
+[ "$quota" = "50000 100000 " ] || { echo "  h2's agent on qb-b: cgroup quota/period '$quota'" >&2; exit 1; }
+echo "  h2's agent on qb-b ran in cgroup h2 there: quota 50000 us per 100000 us"
+for s in "${SERVERS[@]}"; do
+  left=$(docker exec "$s" sh -c 'ls -d /sys/fs/cgroup/cpu*/h[0-9]* 2>/dev/null' || true)
+  [ -z "$left" ] || { echo "  cgroups left on $s: $left" >&2; exit 1; }
+done
+nothing_left "after the --host-cpu run"
+
 if [ "$bmv2" = yes ]; then
   say "BMv2: doctor --cluster --target bmv2"
   "${A[@]}" .venv/bin/qaina-bench doctor --cluster localhost,qb-b,qb-c --target bmv2 \

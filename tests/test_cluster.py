@@ -106,8 +106,7 @@ def test_up_refuses_an_unreachable_server_in_one_line(dead_address, tmp_path):
 
 
 @pytest.mark.root
-@pytest.mark.parametrize("option", [["--pcap", "h1"], ["--cli"],
-                                    ["--train-script", __file__]])
+@pytest.mark.parametrize("option", [["--cli"], ["--train-script", __file__]])
 def test_options_of_this_machine_only_are_refused_with_other_servers(dead_address, tmp_path,
                                                                      option):
     res = CliRunner().invoke(main, ["up", "--cluster", f"localhost,{dead_address}",
@@ -167,6 +166,29 @@ def bmv2_facts(path: str) -> dict:
         os.environ["PATH"] = old
     assert isinstance(facts, dict), facts
     return facts
+
+
+def test_doctor_and_up_say_in_one_line_that_a_server_has_no_capture_tool(tmp_path):
+    import os
+    from qaina_bench.harness.running.clustercheck import capture_check, probe
+    for tool in ("sh", "id", "sed"):  # what the probe runs, and no capture tool
+        (tmp_path / tool).symlink_to(shutil.which(tool))
+    old = os.environ["PATH"]
+    os.environ["PATH"] = str(tmp_path)
+    try:
+        facts = probe(Server("localhost"))
+    finally:
+        os.environ["PATH"] = old
+    assert isinstance(facts, dict) and "tcpdump" in facts and not facts["tcpdump"]
+    what, ok, fix = capture_check("node2", facts, None)  # doctor: optional
+    assert "(optional: --pcap)" in what and not ok and "no capture tool there" in fix
+    what, ok, fix = capture_check("node2", facts, "tcpdump")  # up --pcap: needed
+    assert what == "node2: tcpdump (--pcap)" and not ok
+    assert fix == "--pcap captures with tcpdump, which is not on PATH there: apt-get " \
+                  "install tcpdump there"
+    found = probe(Server("localhost"))
+    assert capture_check("node2", found, None)[1] == bool(shutil.which("dumpcap")
+                                                          or shutil.which("tcpdump"))
 
 
 def test_doctor_says_in_one_line_that_a_server_has_no_bmv2():
@@ -393,3 +415,69 @@ def test_p4c_on_another_machine_compiles_through_its_stdin_and_stdout(tmp_path, 
     from qaina_bench.harness.switches.targets import TargetError
     with pytest.raises(TargetError, match="^p4c there failed on the 64-word qaina.p4"):
         compile_p4(64, cache=tmp_path / "cache", on=bad)
+
+
+def launch_capture(tmp_path, interface: str):
+    """A tcpdump capture of ``interface`` started as a remote node's is (``remote launch``
+    of ``remotecapture.command``), on this machine; (its process, its entry)."""
+    import sys
+    from qaina_bench.harness.running.capture import CapturePlan
+    from qaina_bench.harness.running.remotecapture import command
+    plan = CapturePlan({interface: "n"}, "tcpdump", shutil.which("tcpdump"), 10)
+    path, log = tmp_path / "run" / "pcap" / f"{interface}.pcap", tmp_path / f"{interface}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = command(plan.command(interface, path))
+    proc = subprocess.Popen([sys.executable, "-m", "qaina_bench.harness.running.remote",
+                             "launch", "--log", str(log), "--"] + cmd,
+                            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    pid = json.loads(proc.stdout.readline())["pid"]
+    return proc, {"pid": pid, "file": str(path), "log": str(log)}
+
+
+@pytest.mark.root
+@pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump missing")
+def test_a_servers_captures_are_waited_for_stopped_and_counted_there(tmp_path):
+    import socket
+    from qaina_bench.harness.running.cluster import run_remote
+    proc, entry = launch_capture(tmp_path, "lo")
+    try:
+        res = run_remote(Server("localhost"), ["captures", "wait", "tcpdump", "20"],
+                         json.dumps([entry]))
+        assert res.returncode == 0, res.stderr
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for _ in range(5):
+                s.sendto(b"qaina", ("127.0.0.1", 9))
+        res = run_remote(Server("localhost"), ["captures", "stop", "tcpdump", "10"],
+                         json.dumps([entry]))
+        assert res.returncode == 0, res.stderr
+        got = json.loads(res.stdout)[str(entry["pid"])]
+        size = (tmp_path / "run" / "pcap" / "lo.pcap").stat().st_size
+        assert got["bytes"] == size > 24 and got["captured"] >= 5, got
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    bad, entry = launch_capture(tmp_path, "qbnosuch0")  # fails: one line, naming it
+    res = run_remote(Server("localhost"), ["captures", "wait", "tcpdump", "20"],
+                     json.dumps([entry]))
+    bad.wait(10)
+    assert res.returncode == 1 and res.stderr.startswith("tcpdump on qbnosuch0 exited")
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.root
+@pytest.mark.skipif(shutil.which("mnexec") is None, reason="mnexec missing")
+def test_host_cpu_on_a_cluster_limits_each_host_through_its_servers_shell(tmp_path, record_dir):
+    from qaina_bench.harness.running.cpulimit import cgroup_dirs, limit_problem
+    if limit_problem():
+        pytest.skip(limit_problem())
+    summary, _ = execute(tmp_path, topo="leafspine", jobs=1, workers=2, bits=[4],
+                         iterations=4, cluster="localhost", host_cpu=0.1)
+    assert summary["complete"], summary["errors"]
+    cost = summary["cpu_cost"]
+    agents = [p for p in cost["processes"].values() if p["component"] == "agents"]
+    assert len(agents) == 2
+    for p in agents:  # each agent ran in its host's cgroup: 0.1 cores at most
+        assert p["user_s"] + p["system_s"] <= 0.1 * cost["window_s"] + 0.05, p
+    assert not any(d.exists() for h in ("h1", "h2") for d in cgroup_dirs(h))
+    assert not list(record_dir.glob("*.json"))

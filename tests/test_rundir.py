@@ -101,3 +101,44 @@ def test_a_run_whose_server_copy_fails_keeps_one_line_per_server_and_the_rest(tm
     # copied and removed: no longer listed; the one not copied stays listed for clean
     assert [d["path"] for d in record.remote_directories("localhost")] == [
         str(tmp_path / "lost" / "run")]
+
+
+def test_a_trace_set_is_copied_there_read_from_there_and_never_copied_back(tmp_path):
+    import filecmp
+    import pytest
+    from qaina_bench.hosts.traces import TraceSet, default_trace_dir
+    from qaina_bench.harness.running.rundir import RunFiles
+    trace = default_trace_dir() / "digits-mlp"
+    there, here = tmp_path / "there" / "results" / "run", tmp_path / "here" / "run"
+    files = RunFiles(None, here)
+    remote = RemoteDirectory(HERE, there, local=here)
+    remote.open()
+    files.remote.append(remote)
+    lines = []
+    try:
+        assert files.send_inputs(trace, {"node9"}) == {}  # no agent there: nothing sent
+        copies = files.send_inputs(trace, {"localhost", None}, lines.append)
+        copy = there / ".inputs" / "digits-mlp"
+        assert copies == {"localhost": str(copy)}
+        assert lines and "digits-mlp" in lines[0] and "copied to localhost" in lines[0]
+        names = sorted(p.name for p in trace.iterdir())
+        assert sorted(p.name for p in copy.iterdir()) == names
+        assert filecmp.cmpfiles(trace, copy, names, shallow=False)[0] == names
+        assert TraceSet.open(copy).workers == TraceSet.open(trace).workers
+        (there / "logs").mkdir()
+        (there / "logs" / "agent.log").write_text("read it\n")  # what the run writes comes
+        wait_for(lambda: (here / "logs" / "agent.log").is_file())
+        time.sleep(0.2)  # a few more scans of the follower
+        assert not (here / ".inputs").exists()  # ... the copy does not
+    finally:
+        remote.close()
+    assert gather(HERE, str(there), remote.made, here) is None
+    assert (here / "logs" / "agent.log").read_text() == "read it\n"
+    assert not (here / ".inputs").exists() and not (tmp_path / "there").exists()
+    # a copy that cannot be made there is one line naming the server
+    (tmp_path / "blocked").write_text("a file where the directory would go")
+    files.directory = tmp_path / "blocked"
+    files.remote = [RemoteDirectory(HERE, tmp_path / "blocked")]
+    with pytest.raises(OSError) as err:
+        files.send_inputs(trace, {"localhost"})
+    assert str(err.value).startswith("localhost: copying ") and "\n" not in str(err.value)

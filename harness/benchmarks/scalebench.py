@@ -49,28 +49,6 @@ def measure(cfg: RunConfig) -> dict:
             if summary["complete"] else summary["status"]}
 
 
-def remote_trace(server, path: Path, echo=print):
-    """The same trace set at ``path`` on another server (a cluster's servers share no
-    directory): recorded there once, with the same recipe (seeded: the same
-    gradients); ConfigError (one line) if that fails."""
-    import subprocess
-    import sys
-    from ..config import ConfigError
-    if subprocess.run(server.ssh("test", "-f", str(path / "manifest.json")),
-                      capture_output=True).returncode == 0:
-        return
-    echo(f"recording trace set {TRACE} (32 workers) on {server.name} into {path.parent}, once")
-    res = subprocess.run(server.ssh(sys.executable, "-m", "qaina_bench.harness.cli", "traces",
-                                    "record", TRACE, "--out", str(path.parent), "--model",
-                                    RECIPE["model"], "--workers", str(RECIPE["workers"]),
-                                    "--iterations", str(RECIPE["iterations"])),
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        why = (res.stderr or res.stdout).strip().splitlines()
-        raise ConfigError(f"recording trace set {TRACE} on {server.name} failed: "
-                          f"{why[-1] if why else res.returncode}")
-
-
 def scale_trace(results_dir: Path, echo=print) -> Path:
     """The 32-worker trace set, under the results directory, recorded there once."""
     from ...hosts.recorder import record
@@ -91,11 +69,7 @@ def scale(sizes, clusters, iterations: int = 2, bw: float | None = None,
     interleaved), a line per run; with repeats, then mean (range) per point. The
     runs' results stay in ``results_dir``; returns a row per run (``CSV_COLUMNS``)."""
     results_dir = Path(results_dir).resolve()
-    trace = scale_trace(results_dir, echo)
-    from ..running.cluster import Cluster
-    for text in filter(None, clusters):
-        for server in Cluster.parse(text).remote:
-            remote_trace(server, trace, echo)
+    trace = scale_trace(results_dir, echo)  # a run copies it to the servers of its agents
     echo("  ".join(f"{c:>12}" for c in ("run",) + COLUMNS))
     rows = []
     for k in range(repeat):

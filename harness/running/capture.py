@@ -8,7 +8,8 @@ capture runs in the network namespace of the node the interface belongs to (a
 host's own, the root one for a switch), is listed in the run record, and is stopped
 with SIGTERM (the tool then writes out what it holds) before the network goes; the
 run's ``pcap/`` directory gets the files, ``captures.json`` (tool, limit, packets
-captured and dropped per interface) and the QAINA Wireshark dissector.
+captured and dropped per interface) and the QAINA Wireshark dissector. A node on
+another server of a cluster is captured there (``remotecapture.py``).
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ class Capture:
     path: Path
     log: Path
     popen: subprocess.Popen | None = None
+    server: str | None = None  # another server of a cluster, where it runs
+    user: str = "root"
+    remote_pid: int | None = None
 
     def counts(self, tool: str) -> dict:
         """Packets captured and dropped as the tool reported them on exit."""
@@ -163,21 +167,39 @@ class CapturePlan:
             path = (out_dir / f"{interface}{self.suffix}").resolve()
             log = log_dir / f"pcap-{interface}.log"
             cmd = self.command(interface, path)
-            if node.inNamespace:  # a host: its network namespace, through its shell's PID
-                cmd = ["mnexec", "-a", str(node.pid)] + cmd
-            with open(log, "wb") as out:
-                popen = subprocess.Popen(cmd, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
-            capture = Capture(interface, node_name, path, log, popen)
+            if getattr(node, "server_key", None) is not None:  # on another server
+                capture = self._start_remote(node, interface, cmd, path, log, record)
+            else:
+                if node.inNamespace:  # a host: its namespace, through its shell's PID
+                    cmd = ["mnexec", "-a", str(node.pid)] + cmd
+                with open(log, "wb") as out:
+                    popen = subprocess.Popen(cmd, stdout=out, stderr=out,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+                capture = Capture(interface, node_name, path, log, popen)
+                record.add_process(popen.pid, f"{self.tool} on {interface}")
             self.captures.append(capture)
             record.data["captures"]["files"].append(
-                {"interface": interface, "node": node_name, "file": str(path), "pid": popen.pid})
-            record.add_process(popen.pid, f"{self.tool} on {interface}")
+                {"interface": interface, "node": node_name, "file": str(path),
+                 "pid": capture.remote_pid or capture.popen.pid, "server": capture.server})
         self._wait_ready(timeout)
+
+    def _start_remote(self, node, interface: str, cmd: list[str], path: Path, log: Path,
+                      record) -> Capture:
+        """A capture on the server of ``node`` (``remotecapture.py``), recorded there."""
+        from .remotecapture import command
+        node.rcmd(f"mkdir -p {path.parent}")  # the run's pcap/ there
+        try:
+            popen, pid, started = node.launch(command(cmd), log)
+        except RuntimeError as exc:
+            raise CaptureError(str(exc)) from None
+        record.add_process(popen.pid, f"ssh to {self.tool} on {interface}")
+        record.add_remote_process(node.server, node.user, pid, started,
+                                  f"{self.tool} on {interface}")
+        return Capture(interface, node.name, path, log, popen, node.server, node.user, pid)
 
     def _wait_ready(self, timeout: float):
         deadline = time.monotonic() + timeout
-        waiting = list(self.captures)
+        waiting = [c for c in self.captures if c.server is None]
         while waiting:
             for c in list(waiting):
                 # the file is made once the interface is open (a probe of it comes before)
@@ -192,6 +214,10 @@ class CapturePlan:
                 raise CaptureError(f"{self.tool} on {waiting[0].interface} did not start "
                                    f"capturing within {timeout:g} s (log {waiting[0].log})")
             time.sleep(0.02)
+        remote = [c for c in self.captures if c.server is not None]
+        if remote:
+            from .remotecapture import wait_remote
+            wait_remote(remote, self.tool, timeout)
 
     def _drain(self, running: list[Capture], most: float = 3.0):
         """Wait until the last frames have reached the tools: ``DRAIN_S``, then until
@@ -209,7 +235,11 @@ class CapturePlan:
         """Stop every capture (SIGTERM: the tool writes out what it holds), make the
         files readable like the rest of the result set and write ``captures.json``;
         returns what each captured."""
-        running = [c for c in self.captures if c.popen.poll() is None]
+        running = [c for c in self.captures if c.popen.poll() is None and c.server is None]
+        remote = [c for c in self.captures if c.server is not None]
+        if remote:  # drained and stopped on their servers
+            from .remotecapture import stop_remote
+            found = stop_remote(remote, self.tool, self.limit_mb)
         if running:
             self._drain(running)
         for c in running:
@@ -223,13 +253,25 @@ class CapturePlan:
                 c.popen.wait()
         files = []
         for c in self.captures:
-            size = c.path.stat().st_size if c.path.exists() else None
-            if size is not None:
-                os.chmod(c.path, 0o644)
+            if c.server is not None:
+                try:
+                    c.popen.wait(10)  # its ssh session ends with it
+                except subprocess.TimeoutExpired:
+                    c.popen.kill()
+                    c.popen.wait()
+                got = found.get(c.remote_pid) or {"bytes": None, "captured": None,
+                                                  "dropped": None}
+                size, counts = got["bytes"], {k: got[k] for k in ("captured", "dropped")}
+            else:
+                size = c.path.stat().st_size if c.path.exists() else None
+                if size is not None:
+                    os.chmod(c.path, 0o644)
+                counts = c.counts(self.tool)
             files.append({"interface": c.interface, "node": c.node, "file": c.path.name,
-                          "bytes": size, **c.counts(self.tool),
+                          "bytes": size, **counts,
                           "limit_reached": size is not None
-                          and size >= self.limit_mb * 1_000_000})
+                          and size >= self.limit_mb * 1_000_000,
+                          **({"server": c.server} if c.server else {})})
         if self.captures:
             try:  # a full disk must not keep the network from being torn down
                 (out_dir / "captures.json").write_text(json.dumps(

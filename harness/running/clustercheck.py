@@ -5,8 +5,9 @@ tunnels, nft (a switch there has its P4Runtime port guarded by an nftables table
 and the project (the same version, at the same path as here); with ``--target bmv2``
 also whether ``simple_switch_grpc`` is on PATH there and runs, with
 ``simple_switch_CLI`` beside it, and p4c there when this machine has none (it compiles
-the program then). ``local_bmv2_check``: this machine needs BMv2 and nft only when a
-switch of the run is placed here."""
+the program then); with ``--pcap``, whether this machine's capture tool is there
+(``doctor`` says whether any is). ``local_bmv2_check``: this machine needs BMv2 and
+nft only when a switch of the run is placed here."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ...settings import ConfigError
-from .cluster import Cluster, Server, place
+from .cluster import Cluster, Server, place, run_remote
 
 PROBE = ("echo uid=$(id -u); echo mnexec=$(command -v mnexec); "
          "echo tun=$(test -c /dev/net/tun && echo yes); "
          "echo tunnel=$(sshd -T 2>/dev/null | sed -n 's/^permittunnel //p'); "
          "echo nft=$(command -v nft); "
+         "echo dumpcap=$(command -v dumpcap); echo tcpdump=$(command -v tcpdump); "
          "echo version=$({python} -m qaina_bench.harness.running.remote version 2>/dev/null)"
          "{bmv2}")
 # BMv2 asked for (--target bmv2): where simple_switch_grpc is, and its --version's first
@@ -70,8 +72,22 @@ def probe(server: Server, timeout: float = 20, bmv2: bool = False) -> dict | str
     return dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
 
 
-def check_server(server: Server, target: str = "embedded") -> list[tuple[str, bool, str]]:
-    """(what, ok, how to fix) for each requirement ``server`` must meet."""
+def capture_check(name: str, facts: dict, tool: str | None) -> tuple[str, bool, str]:
+    """(what, ok, how to fix) for ``--pcap`` on server ``name``: ``tool`` (what captures
+    here) there; without one, either capture tool (optional: doctor)."""
+    if tool is None:
+        return (f"{name}: dumpcap or tcpdump (optional: --pcap)",
+                bool(facts.get("dumpcap") or facts.get("tcpdump")),
+                "no capture tool there: apt-get install tshark (or tcpdump) there")
+    return (f"{name}: {tool} (--pcap)", bool(facts.get(tool)),
+            f"--pcap captures with {tool}, which is not on PATH there: apt-get install "
+            f"{'tshark' if tool == 'dumpcap' else tool} there")
+
+
+def check_server(server: Server, target: str = "embedded",
+                 capture_tool: str | None = None) -> list[tuple[str, bool, str]]:
+    """(what, ok, how to fix) for each requirement ``server`` must meet (``capture_tool``:
+    ``--pcap``'s tool, needed there)."""
     where = f"{server.name}:"
     if server.local:
         return [(f"{where} this machine", True, "")]
@@ -99,7 +115,7 @@ def check_server(server: Server, target: str = "embedded") -> list[tuple[str, bo
              f"no qaina-bench at {sys.executable}: install the project at the same path"))]
     if target == "bmv2":
         out += bmv2_checks(server.name, facts)
-    return out
+    return out + [capture_check(server.name, facts, capture_tool)]
 
 
 def shared_directory(server: Server, directory: Path) -> bool:
@@ -118,24 +134,41 @@ def shared_directory(server: Server, directory: Path) -> bool:
         probe_file.unlink(missing_ok=True)
 
 
+def cpu_limit_problem(server: Server) -> str | None:
+    """Why hosts cannot be CPU-limited on ``server`` (``cpulimit.limit_problem`` there),
+    in one line; None when they can."""
+    try:
+        res = run_remote(server, ["cpulimit"], timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"not reached ({exc})"
+    said = (res.stdout.strip() or res.stderr.strip()).splitlines()
+    return (said[-1] if said else None) if res.returncode == 0 else \
+        f"cannot say whether hosts can be CPU-limited there: {said[-1] if said else '?'}"
+
+
 def cluster_for(text: str | None, target: str, host_cpu: float | None = None,
-                local_only: dict | None = None) -> Cluster | None:
+                local_only: dict | None = None, pcap: bool = False) -> Cluster | None:
     """The run's cluster, every server checked; ConfigError with the first problem.
-    ``local_only``: options given (flag -> value) that work on this machine only."""
+    ``local_only``: options given (flag -> value) that work on this machine only;
+    ``pcap``: ``--pcap`` given (its tool needed on every server)."""
     if not text:
         return None
     cluster = Cluster.parse(text)
-    if cluster.remote and host_cpu:
-        raise ConfigError("--host-cpu with --cluster is not supported on other servers: "
-                          "run without --host-cpu")
     given = [flag for flag, value in (local_only or {}).items() if value]
     if cluster.remote and given:
         raise ConfigError(f"{given[0]} with --cluster is not supported on other servers: "
                           f"run without {given[0]}, or with --cluster localhost")
+    tool = None
+    if pcap and cluster.remote:
+        from .capture import find_tool
+        tool = find_tool()[0]
     for server in cluster.remote:
-        for what, ok, fix in check_server(server, target):
-            if not ok:
+        for what, ok, fix in check_server(server, target, tool):
+            if not ok and "(optional" not in what:
                 raise ConfigError(f"--cluster: {server.name}: {fix}")
+        problem = cpu_limit_problem(server) if host_cpu else None
+        if problem:
+            raise ConfigError(f"--cluster: {server.name}: {problem}")
     return cluster
 
 

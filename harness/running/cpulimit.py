@@ -14,6 +14,7 @@ v1 ``cpu`` controller with CFS bandwidth, cgroup v2 only, tools missing).
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -40,6 +41,10 @@ def limit_problem(root: Path | None = None) -> str | None:
         return ("--host-cpu needs the cgroup v1 cpu controller with CFS bandwidth "
                 f"({root}/cpu/cpu.cfs_quota_us is missing: a kernel without "
                 "CONFIG_CFS_BANDWIDTH, or cgroups not mounted); run without --host-cpu")
+    if not os.access(root / "cpu", os.W_OK):
+        return (f"--host-cpu makes a cgroup per host in {root}/cpu, which is read-only "
+                "here (a container's cgroups: remount them read-write); run without "
+                "--host-cpu")
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing:
         return (f"--host-cpu needs {missing[0]} (Mininet's CPULimitedHost uses it): "

@@ -8,6 +8,8 @@ that is new or has grown as a header line ``{"file": RELATIVE, "at": OFFSET, "si
 N}`` followed by its N new bytes (``at`` 0 for a file that shrank: sent whole). On
 stdin: lines ``{"id", "file", "data"}``, each a file the harness writes there (whole,
 by a rename), answered by ``{"ack": id}`` once it is in place. It ends when stdin ends.
+What lies under ``DIR/.inputs`` (copies the harness made there for the remote
+processes to read) is never sent, nor ``DIR/pcap`` (captures: copied at the end).
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from pathlib import Path
 
 INTERVAL = 0.05
 CHUNK = 1 << 20  # at most this much of one file per message
+#: the subdirectory that holds what the harness copied there to be read (a trace set):
+#: never sent back
+INPUTS = ".inputs"
+#: top directories not followed: those inputs, and packet captures (``--pcap``), which
+#: come back with the copy at the end
+UNFOLLOWED = (INPUTS, "pcap")
 
 
 def make_directory(directory: Path) -> str | None:
@@ -50,6 +58,8 @@ class Follower:
         """Every file under the directory that is new or has grown since the last scan."""
         for path in sorted(self.directory.rglob("*")):
             rel = str(path.relative_to(self.directory))
+            if rel.split(os.sep, 1)[0] in UNFOLLOWED:
+                continue
             try:
                 if not path.is_file() or path.name.startswith(".put-"):
                     continue

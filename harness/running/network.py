@@ -229,7 +229,12 @@ class Testbed:
                          record=self.record, log_packets=self.log_packets, words=self.words,
                          user=user)
         placer = type("Placer", (LeafPlacer,), {"cluster": self.cluster})
-        return MininetCluster(topo=self.topo, switch=switch, host=partial(ClusterHost, user=user),
+        host = partial(ClusterHost, user=user)
+        if self.host_cpu:  # each host limited on its server
+            from .clustercpu import ClusterLimitedHost
+            host = partial(ClusterLimitedHost, user=user, cores=self.host_cpu,
+                           record=self.record)
+        return MininetCluster(topo=self.topo, switch=switch, host=host,
                               link=RemoteTCLink, controller=None, build=False,
                               autoSetMacs=False, servers=self.cluster.names(), user=user,
                               placement=placer, precheck=False)

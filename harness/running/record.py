@@ -103,6 +103,11 @@ class RunRecord:
         part = self.data.get("servers", {}).get(server, {})
         part["directories"] = [d for d in part.get("directories", []) if d["path"] != path]
 
+    def add_remote_cgroups(self, server: str, user: str, paths: list[str]):
+        """Cgroup directories the run makes on another server (``--host-cpu``)."""
+        listed = self._server(server, user).setdefault("cgroups", [])
+        listed += [p for p in paths if p not in listed]
+
     def add_remote_nft_table(self, server: str, user: str, family: str, name: str):
         """An nftables table the run adds on another server (listed before it is made,
         e.g. the guard of a remote BMv2's Thrift port)."""

@@ -4,12 +4,14 @@
   become CMD (same PID) with its output appended to PATH;
 * ``port``: a free TCP port of the server;
 * ``remove`` / ``leftovers``: a run record's part for this server (JSON on stdin:
-  ``processes``, ``interfaces``, ``nft_tables``) removed, or what of it still
+  ``processes``, ``interfaces``, ``nft_tables``, ``cgroups``) removed, or what of it still
   exists, one line each;
 * ``follow DIR``: the run's directory on a server that does not share it (see
   ``harness/running/rundir.py``): made, then every file added or grown under it sent
   on stdout while files sent on stdin are written there, until stdin ends;
 * ``rmtree DIR TOP``: DIR removed, then its parents up to TOP while they are empty;
+* ``captures wait|stop TOOL N``: the run's packet captures there (``remotecapture.py``);
+* ``cpulimit``: why hosts cannot be CPU-limited here (``--host-cpu``), or nothing;
 * ``version``: the project's version here.
 """
 
@@ -54,7 +56,8 @@ def record_part(action: str) -> int:
     rec = RunRecord.__new__(RunRecord)
     rec.data = {"processes": entry.get("processes", []),
                 "interfaces": entry.get("interfaces", []),
-                "nft_tables": entry.get("nft_tables", []), "cgroups": []}
+                "nft_tables": entry.get("nft_tables", []),
+                "cgroups": entry.get("cgroups", [])}
     lines = rec.remove_resources() if action == "remove" else rec.leftovers(wait=1.0)
     for line in lines:
         print(line)
@@ -94,6 +97,13 @@ def main(argv: list[str]) -> int:
         return follow(rest[0])
     if action == "rmtree" and len(rest) == 2:
         return rmtree(*rest)
+    if action == "captures":
+        from .remotecapture import serve
+        return serve(rest)
+    if action == "cpulimit":  # why hosts cannot be CPU-limited here (nothing: they can)
+        from .cpulimit import limit_problem
+        print(limit_problem() or "")
+        return 0
     if action == "version":
         from importlib.metadata import version
         print(version("qaina-bench"))

@@ -126,8 +126,8 @@ class Run:
             raise ConfigError("mnexec not found: install Mininet (apt-get install mininet), "
                               "or run `qaina-bench doctor`")
         self.cluster = cluster_for(cfg.network.cluster, cfg.network.target, cfg.network.host_cpu,
-                                   {"--pcap": cfg.output.pcap, "--cli": cli,
-                                    "--train-script": cfg.training.train_script})
+                                   {"--cli": cli, "--train-script": cfg.training.train_script},
+                                   pcap=bool(cfg.output.pcap))
         self.netem = netem_available()
         if cfg.network.delay and not self.netem:
             raise ConfigError("--delay needs the kernel's netem qdisc, which this kernel "
@@ -320,6 +320,9 @@ class Run:
         # With --arrivals each job has a start file of its own, written at its admission.
         self.start_files = {job.job_id: go if self.offsets is None else
                             go.with_name(f"go-j{job.job_id}") for job in self.jobs}
+        where = {w.host: getattr(self.testbed.host(w.host), "server_key", None)
+                 for job in self.jobs for w in job.workers}  # the trace set there
+        traces = self.files.send_inputs(self.trace_path, set(where.values()), self.echo)
         for job in self.jobs:
             senders = self._senders(job)
             for w in job.workers:
@@ -328,7 +331,8 @@ class Run:
                 name = f"j{job.job_id}w{w.index}"
                 acfg = AgentConfig(
                     run=cfg, job_id=job.job_id, worker=w.index, bits=job.fmt.bits,
-                    trace=str(self.trace_path or ""), aggregator=aggregator_ip(ids[switch]),
+                    trace=traces.get(where[host], str(self.trace_path or "")),
+                    aggregator=aggregator_ip(ids[switch]),
                     wire_worker=wire_worker, slot_base=job.slot_base,
                     slots=cfg.workload.slots if self.shared else job.slot_count,
                     shared_slots=job.slot_count if self.shared else 0,

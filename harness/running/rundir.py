@@ -13,18 +13,27 @@ through ``qaina-bench clean`` after a ``kill -9``, the server's whole copy comes
 over ssh (``tar -c`` there, ``tar -x`` here) and is removed there. A server whose
 copy fails costs one line (the run's errors and validity warnings); the rest of the
 results are kept, and its copy is left where it is.
+
+A trace set the remote agents replay is copied there before they start, into the
+run's directory's ``.inputs/`` (``RunFiles.send_inputs``: one tar stream over ssh
+per server, all at once), so a server needs no copy of its own; the followers and
+the copy back skip ``.inputs/`` (the result set gets no traces), and it goes with the
+rest of the directory there.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from .cluster import Server, run_remote
 from .clustercheck import shared_directory
+from .follow import INPUTS
 
 PUT_TIMEOUT = 20.0  # seconds a server may take to write a file it is sent
 
@@ -152,7 +161,8 @@ def copy_back(server: Server, remote: str, local: Path, timeout: float = 300) ->
     None, or why it was not."""
     local.mkdir(parents=True, exist_ok=True)
     try:
-        src = subprocess.Popen(server.ssh("tar", "-C", remote, "-cf", "-", "."),
+        src = subprocess.Popen(server.ssh("tar", "-C", remote, f"--exclude=./{INPUTS}",
+                                          "-cf", "-", "."),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True)
         dst = subprocess.run(["tar", "-x", "-C", str(local)], stdin=src.stdout,
@@ -168,6 +178,42 @@ def copy_back(server: Server, remote: str, local: Path, timeout: float = 300) ->
         out = dst.stderr.decode(errors="replace").strip()
         return (out.splitlines() or [f"tar here exited with {dst.returncode}"])[-1]
     return None
+
+
+def send_tree(source: Path, copies: list[tuple[Server, str]],
+              timeout: float = 300) -> dict[str, str]:
+    """Directory ``source`` copied into each (server, directory) of ``copies`` (the
+    directory made if need be), one ``tar`` stream over ssh each, all at once; server
+    name -> why its copy failed (empty: every copy is there)."""
+    source = Path(source).resolve()
+    started = []
+    for server, dest in copies:
+        there = f"mkdir -p {shlex.quote(dest)} && tar -x -C {shlex.quote(dest)}"
+        try:
+            src = subprocess.Popen(["tar", "-h", "-C", str(source.parent), "-cf", "-",
+                                    source.name], stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL)
+            dst = subprocess.Popen(server.ssh("sh", "-c", there), stdin=src.stdout,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+            src.stdout.close()
+            started.append((server, src, dst))
+        except OSError as exc:
+            return {server.name: str(exc)}
+    problems = {}
+    for server, src, dst in started:
+        try:
+            out = dst.communicate(timeout=timeout)[0].decode(errors="replace").strip()
+            src.wait(timeout)
+        except subprocess.TimeoutExpired:
+            for popen in (src, dst):
+                popen.kill()
+                popen.wait()
+            out = f"not done within {timeout:g} s"
+        if dst.returncode or src.returncode:
+            problems[server.name] = (out.splitlines() or [f"tar exited with "
+                                                          f"{dst.returncode or src.returncode}"])[-1]
+    return problems
 
 
 def gather(server: Server, path: str, made: str, local: Path | None = None) -> str | None:
@@ -224,6 +270,28 @@ class RunFiles:
         """The run directory's file ``path``, written here, to every following server."""
         if self.remote:
             self.write(path, Path(path).read_text())
+
+    def send_inputs(self, source: Path | None, servers, echo=None) -> dict[str, str]:
+        """Directory ``source`` (a trace set) copied into ``.inputs/`` of the run's
+        directory on every server of ``servers`` (names) that follows it; server name
+        -> the copy's path there (a server not in it reads ``source`` itself). OSError
+        (one line) when a copy fails."""
+        targets = [r for r in self.remote if r.server.name in servers]
+        if source is None or not targets:
+            return {}
+        dest = {r.server.name: str(r.directory / INPUTS) for r in targets}
+        began = time.monotonic()
+        problems = send_tree(Path(source), [(r.server, dest[r.server.name]) for r in targets])
+        if problems:
+            name, why = next(iter(problems.items()))
+            raise OSError(f"{name}: copying {source} into {dest[name]} there failed: {why}")
+        if echo is not None:
+            size = sum(f.stat().st_size for f in Path(source).resolve().rglob("*")
+                       if f.is_file())
+            echo(f"  trace set {source} ({size / 1e6:.1f} MB) copied to "
+                 f"{', '.join(r.server.name for r in targets)} in "
+                 f"{time.monotonic() - began:.2f} s")
+        return {name: f"{d}/{Path(source).resolve().name}" for name, d in dest.items()}
 
     def close(self):
         """End the following sessions (what grows there now comes back with ``gather``)."""
