@@ -8,77 +8,18 @@ the table's precision. ``docs/data/README.md`` says where each CSV comes from.
 
 from __future__ import annotations
 
-import csv
 from collections import defaultdict
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from .metrics import glossary, over_repeats
+from .docformat import (DocData, f2, f3, mbytes, seconds, sig2, sig3, spread, table,
+                        values, verdicts, wait)
+from .metrics import glossary
+from .perftables import (_headline_before, _headline_melem, coalescing, cost, headline,
+                         history, overload, overload_kept, scale)
 
 
-class DocData:
-    """The CSVs of ``docs/data``, read once each."""
-
-    def __init__(self, directory: Path):
-        self.dir = Path(directory)
-        self._tables: dict[str, list[dict]] = {}
-
-    def rows(self, name: str) -> list[dict]:
-        if name not in self._tables:
-            path = self.dir / f"{name}.csv"
-            try:
-                with open(path, newline="") as f:
-                    self._tables[name] = list(csv.DictReader(f))
-            except OSError as exc:
-                raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-        return self._tables[name]
-
-    def points(self, name: str, key: tuple[str, ...]) -> dict[tuple, list[dict]]:
-        """A sweep's rows grouped by the config columns ``key``, in the CSV's order."""
-        out: dict[tuple, list[dict]] = defaultdict(list)
-        for r in self.rows(name):
-            if r.get("status") == "complete":
-                out[tuple(r[k] for k in key)].append(r)
-        return out
-
-
-def values(rows: list[dict], column: str) -> list[float]:
-    return [float(r[column]) for r in rows if r.get(column) not in (None, "")]
-
-
-def spread(xs: list[float], fmt: Callable[[float], str], unit: str = "") -> str:
-    """``mean unit (min-max)``; the range left out where it does not show at ``fmt``."""
-    stats = over_repeats(xs)
-    mean, lo, hi = fmt(stats["mean"]), fmt(stats["min"]), fmt(stats["max"])
-    return f"{mean}{unit}" + (f" ({lo}-{hi})" if lo != hi else "")
-
-
-def seconds(x: float) -> str:
-    """Three decimals below a second, three significant digits above."""
-    return f"{x:.3f}" if x < 1 else f"{x:.3g}"
-
-
-def f3(x: float) -> str:
-    return f"{x:.3f}"
-
-
-def mbytes(x: float) -> str:
-    return f"{x / 1e6:.3g}"
-
-
-def verdicts(rows: list[dict], column: str = "fidelity") -> str:
-    found = sorted({r[column] for r in rows})
-    return found[0] if len(found) == 1 else "/".join(found)
-
-
-def table(head: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body]) + "\n"
-
-
-# -- docs/results.md -----------------------------------------------------------------
 def qaina_jobs(d: DocData) -> str:
     """Per scheme: the most jobs the pool served (and where it refused), one job's
     completion time and the aggregate Melem/s of one job and at best."""
@@ -123,10 +64,6 @@ def qaina_best(scheme: str) -> Callable[[DocData], str]:
         best = max(rate, key=rate.get)
         return f"{sig2(rate[best])} Melem/s at {best} jobs"
     return make
-
-
-def sig2(x: float) -> str:
-    return f"{x:#.2g}"
 
 
 def gradiveq(d: DocData) -> str:
@@ -221,23 +158,6 @@ def loss_cell(workers: str, pct: str, mode: str) -> Callable[[DocData], str]:
                    and k[2] == mode)
         return spread(values(pts[key], "iteration_s"), seconds, " s")
     return make
-
-
-def wait(x: float) -> str:
-    """One significant digit below 0.1 s, two decimals above."""
-    return f"{x:.1g}" if x < 0.1 else f"{x:.2f}"
-
-
-def f1(x: float) -> str:
-    return f"{x:.1f}"
-
-
-def f2(x: float) -> str:
-    return f"{x:.2f}"
-
-
-def sig3(x: float) -> str:
-    return f"{x:#.3g}"
 
 
 def arrivals(d: DocData) -> str:
@@ -395,131 +315,6 @@ def feedback_gains(d: DocData) -> list[float]:
 
 
 # -- docs/performance.md -------------------------------------------------------------
-COST_PARTS = ("melem_s", "agents", "switches", "ps", "harness", "kernel", "total")
-SCHEMES = {"ina": "in-network", "ring": "ring", "ps": "parameter server"}
-
-
-def cost(name: str) -> Callable[[DocData], str]:
-    """``bench testbed --table cost --csv``: a row per scheme, link rate and n."""
-    return lambda d: _cost(d, name)
-
-
-def _cost(d: DocData, name: str) -> str:
-    body = []
-    for r in d.rows(name):
-        bw = "unshaped" if r["bw_mbit"] == "unshaped" else f"{float(r['bw_mbit']):g} Mbit/s"
-        cells = [bw, r["workers"], SCHEMES[r["mode"]]]
-        for part in COST_PARTS:
-            cells.append("n/a" if not r[f"{part}_mean"] else
-                         f"{float(r[part + '_mean']):.2f} ({float(r[part + '_min']):.2f}-"
-                         f"{float(r[part + '_max']):.2f})")
-        body.append(cells + [r["verdicts"]])
-    return table(["links", "n", "scheme", "Melem/s", "agents", "switches", "ps", "harness",
-                  "softirq", "total", "verdicts"], body)
-
-
-def coalescing(d: DocData) -> str:
-    """``bench testbed --table coalescing --csv``: per link rate and setting, mean
-    (range) of its runs."""
-    points: dict[tuple, list[dict]] = defaultdict(list)
-    for r in d.rows("coalescing"):
-        points[(r["bw_mbit"], r["coalescing"])].append(r)
-    body = [["unshaped" if bw == "unshaped" else f"{float(bw):g} Mbit/s", label]
-            + [spread(values(rs, c), f2) for c in (
-                "melem_s", "agents_s_per_melem", "switches_s_per_melem", "total_s_per_melem")]
-            + [spread(values(rs, "results_per_wakeup"), f1), verdicts(rs, "verdict")]
-            for (bw, label), rs in points.items()]
-    runs = max(len(rs) for rs in points.values())
-    return table(["links", "coalescing", f"Melem/s ({runs} runs)", "agents", "switch",
-                  "total", "results per wakeup", "verdicts"], body)
-
-
-def headline(d: DocData) -> str:
-    """In-network with each window (``slots``, when the CSV has them) and the ring."""
-    points: dict[str, list[dict]] = defaultdict(list)
-    for r in d.rows("headline"):
-        window = r.get("slots") or ""
-        points[SCHEMES[r["mode"]] + (f", {window} slots" if window else "")].append(r)
-    switch = any("switches_s_per_melem" in r for r in d.rows("headline"))
-    body = [[label, spread(values(rs, "melem_s_per_job"), f2),
-             spread(values(rs, "agents_s_per_melem"), f2)]
-            + ([spread(values(rs, "switches_s_per_melem"), f2)] if switch else [])
-            + [verdicts(rs, "verdict")] for label, rs in points.items()]
-    runs = max(len(rs) for rs in points.values())
-    return table(["", f"Melem/s per job, mean (range), {runs} runs",
-                  "agents' CPU s per million aggregated elements"]
-                 + (["the switch's"] if switch else []) + ["verdicts"], body)
-
-
-def _headline_melem(d: DocData, mode: str, window: int | None = None) -> float:
-    """Mean Melem/s per job of the headline's ``mode`` runs (in-network: with
-    ``window`` slots; rows without a ``slots`` column ran with up's default, 32)."""
-    rows = [r for r in d.rows("headline") if r["mode"] == mode
-            and (window is None or int(r.get("slots") or 32) == window)]
-    return float(np.mean(values(rows, "melem_s_per_job")))
-
-
-def _headline_before(d: DocData) -> float:
-    """Melem/s per job of the in-network agents before the batched path (5113c12),
-    as the headline's history has it."""
-    row = next(r for r in d.rows("headline-history") if "5113c12" in r["label"])
-    return float(row["Melem/s per job, mean (range), 3 runs"].split()[0])
-
-
-def scale(name: str) -> Callable[[DocData], str]:
-    """``bench scale --csv``: per place, size and link rate, mean (range) of its runs."""
-    def make(d: DocData) -> str:
-        points: dict[tuple, list[dict]] = defaultdict(list)
-        for r in d.rows(name):
-            points[(r["where"], int(r["workers"]), r["bw_mbit"])].append(r)
-        body = [[where, str(n), f"{float(bw):g} Mbit/s" if bw else "unshaped"]
-                + [spread(values(rs, c), f2) for c in ("bring_up_s", "job_s",
-                                                       "cpu_s_per_melem")]
-                + [verdicts(rs, "verdict")] for (where, n, bw), rs in points.items()]
-        runs = max(len(rs) for rs in points.values())
-        return table(["where", "workers", "links", f"bring-up s ({runs} runs)", "job s",
-                      "CPU s/Melem", "verdicts"], body)
-    return make
-
-
-def history(name: str) -> Callable[[DocData], str]:
-    """A table of figures measured in an earlier sitting, as the CSV holds them (a
-    first column named ``label`` has no heading)."""
-    def make(d: DocData) -> str:
-        rows = d.rows(name)
-        keys = list(rows[0])
-        return table(["" if k == "label" else k for k in keys],
-                     [[r[k] for k in keys] for r in rows])
-    return make
-
-
-def _overload(d: DocData) -> list[dict]:
-    return [r for r in d.rows("overload") if r["target"] == "embedded"]
-
-
-def overload(d: DocData) -> str:
-    body = []
-    for r in _overload(d):
-        agg, lo, hi = (int(r[k]) for k in ("aggregated_pps", "aggregated_min",
-                                           "aggregated_max"))
-        cell = f"{agg:,} ({lo:,}-{hi:,})"
-        if r["peak_pps"]:
-            peak = int(r["peak_pps"])
-            cell += (f": {100 * agg / peak:.0f}% ({100 * lo / peak:.0f}-"
-                     f"{100 * hi / peak:.0f}%) of the peak at "
-                     f"{int(r['offered_pps']) / peak:.2f}x")
-        body.append([r["bits"], f"{int(r['offered_pps']) / 1e3:.0f}", cell])
-    return table(["b", "offered kpps", "aggregated pps, mean (range)"], body)
-
-
-def overload_kept(bits: str) -> Callable[[DocData], str]:
-    """The share of its peak the switch kept at twice the peak, at ``bits``."""
-    def make(d: DocData) -> str:
-        r = next(r for r in _overload(d) if r["bits"] == bits and r["peak_pps"])
-        return f"{100 * int(r['aggregated_pps']) / int(r['peak_pps']):.0f}%"
-    return make
-
-
 BLOCKS: dict[str, Callable[[DocData], str]] = {
     "metrics": lambda d: glossary(),
     "table:qaina-jobs": qaina_jobs,
@@ -547,7 +342,8 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
     "table:scale": scale("scale"),
     "table:scale-containers": scale("scale-containers"),
     "table:scale-history": history("scale-history"),
-    "table:overload": overload,
+    "table:overload": overload("overload"),
+    "table:overload-faa9c33": overload("overload-faa9c33"),
 }
 
 VALUES: dict[str, Callable[[DocData], str]] = {

@@ -1,0 +1,96 @@
+"""What the docs' generated tables are made with: the CSVs of ``docs/data``
+(``DocData``), a column's values, the mean with its range, number formats, and a
+Markdown table."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable
+
+from .metrics import over_repeats
+
+
+class DocData:
+    """The CSVs of ``docs/data``, read once each."""
+
+    def __init__(self, directory: Path):
+        self.dir = Path(directory)
+        self._tables: dict[str, list[dict]] = {}
+
+    def rows(self, name: str) -> list[dict]:
+        if name not in self._tables:
+            path = self.dir / f"{name}.csv"
+            try:
+                with open(path, newline="") as f:
+                    self._tables[name] = list(csv.DictReader(f))
+            except OSError as exc:
+                raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+        return self._tables[name]
+
+    def points(self, name: str, key: tuple[str, ...]) -> dict[tuple, list[dict]]:
+        """A sweep's rows grouped by the config columns ``key``, in the CSV's order."""
+        out: dict[tuple, list[dict]] = defaultdict(list)
+        for r in self.rows(name):
+            if r.get("status") == "complete":
+                out[tuple(r[k] for k in key)].append(r)
+        return out
+
+
+def values(rows: list[dict], column: str) -> list[float]:
+    return [float(r[column]) for r in rows if r.get(column) not in (None, "")]
+
+
+def spread(xs: list[float], fmt: Callable[[float], str], unit: str = "") -> str:
+    """``mean unit (min-max)``; the range left out where it does not show at ``fmt``."""
+    stats = over_repeats(xs)
+    mean, lo, hi = fmt(stats["mean"]), fmt(stats["min"]), fmt(stats["max"])
+    return f"{mean}{unit}" + (f" ({lo}-{hi})" if lo != hi else "")
+
+
+def seconds(x: float) -> str:
+    """Three decimals below a second, three significant digits above."""
+    return f"{x:.3f}" if x < 1 else f"{x:.3g}"
+
+
+def f3(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def mbytes(x: float) -> str:
+    return f"{x / 1e6:.3g}"
+
+
+def verdicts(rows: list[dict], column: str = "fidelity") -> str:
+    found = sorted({r[column] for r in rows})
+    return found[0] if len(found) == 1 else "/".join(found)
+
+
+def table(head: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body]) + "\n"
+
+
+# -- docs/results.md -----------------------------------------------------------------
+
+
+def sig2(x: float) -> str:
+    return f"{x:#.2g}"
+
+
+def wait(x: float) -> str:
+    """One significant digit below 0.1 s, two decimals above."""
+    return f"{x:.1g}" if x < 0.1 else f"{x:.2f}"
+
+
+def f1(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def f2(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def sig3(x: float) -> str:
+    return f"{x:#.3g}"
