@@ -286,7 +286,7 @@ def _point(mode: str, slots: int | None) -> str:
 #: what ``coalescing`` compares: label -> the environment of the run's agents and switch
 COALESCING = {"off": {"QAINA_AGENT_COALESCE": "0", "QAINA_SWITCH_COALESCE": "0"},
               "agents": {"QAINA_AGENT_COALESCE": "1", "QAINA_SWITCH_COALESCE": "0"},
-              "agents+switch": {"QAINA_AGENT_COALESCE": "1", "QAINA_SWITCH_COALESCE": "1"}}
+              "agents+switch": {"QAINA_AGENT_COALESCE": "1", "QAINA_SWITCH_COALESCE": "500"}}
 COALESCING_BANDWIDTHS = (16.0, 64.0, None)
 
 

@@ -28,10 +28,12 @@ from .ports import BURST, BURST_SHEDDING, RX_RING_FRAMES, Port, PortError
 
 log = logging.getLogger("qaina.switch.ports")
 
-#: seconds the receive loop waits after a round of short reads (coalescing, above),
-#: unless the command line says (``--coalesce-us``); ``QAINA_SWITCH_COALESCE=0`` in
-#: the environment makes the default 0 (off), for comparisons
-COALESCE_S = 0.0005 if os.environ.get("QAINA_SWITCH_COALESCE", "1") != "0" else 0.0
+#: seconds the receive loop waits after a round of short reads (coalescing, above)
+#: unless the command line says (``--coalesce-us``): none by default (measured, it
+#: did not lower the CPU per element consistently: ``docs/performance.md``);
+#: ``QAINA_SWITCH_COALESCE=<microseconds>`` in the environment sets the default
+_COALESCE_ENV = os.environ.get("QAINA_SWITCH_COALESCE", "0")
+COALESCE_S = (int(_COALESCE_ENV) if _COALESCE_ENV.isdigit() else 0) / 1e6
 
 
 class PortSet:
