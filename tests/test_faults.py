@@ -304,4 +304,6 @@ def test_a_benchmark_killed_outright_is_cleaned_up_from_its_record(tmp_path):
     assert data["run_id"] in out.stdout, out.stdout + out.stderr
     assert not any(Path(f"/sys/class/net/{i}").exists() for i in data["interfaces"])
     assert not leftovers(data)
+    assert data["temp_directories"] and not any(Path(d).exists()
+                                                for d in data["temp_directories"])
     assert not list((tmp_path / "records").glob("bench-*.json"))

@@ -134,6 +134,7 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
     # What the benchmark starts is recorded like a run's: `clean` (or the next `up`)
     # removes it if the benchmark is killed outright.
     record = RunRecord(f"bench-{os.getpid()}-{time.monotonic_ns() % 10**9}")
+    record.add_temp_directory(workdir)  # the benchmark's: `clean` removes it after kill -9
     veths = VethPorts(WORKERS, record)
     extra = {"thrift_port": _free_port()} if kind == "bmv2" else {}
     target = make_target(kind, "bench", {i + 1: sw for i, (sw, _) in enumerate(veths.names)},

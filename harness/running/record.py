@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -138,6 +139,12 @@ class RunRecord:
         if name not in self.data["interfaces"]:
             self.data["interfaces"].append(name)
 
+    def add_temp_directory(self, path: Path | str):
+        """A temporary directory the run made (removed with everything in it)."""
+        listed = self.data.setdefault("temp_directories", [])
+        if str(path) not in listed:
+            listed.append(str(path))
+
     def add_nft_table(self, family: str, name: str):
         """An nftables table the run adds (listed before it is made)."""
         entry = {"family": family, "name": name}
@@ -193,6 +200,10 @@ class RunRecord:
                 done.append(f"deleted cgroup {path}")
             except OSError:
                 pass
+        for path in self.data.get("temp_directories", []):
+            if Path(path).is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+                done.append(f"deleted temporary directory {path}")
         return done + self._on_servers("remove")
 
     def leftovers(self, wait: float = 2.0) -> list[str]:
@@ -204,6 +215,8 @@ class RunRecord:
                     if _same_process(p["pid"], p.get("started"))]
             left += [f"interface {n}" for n in self.data["interfaces"] if _interface_exists(n)]
             left += [f"cgroup {c}" for c in self.data.get("cgroups", []) if Path(c).is_dir()]
+            left += [f"temporary directory {d}" for d in self.data.get("temp_directories", [])
+                     if Path(d).is_dir()]
             left += [f"nftables table {t['family']} {t['name']}" for t in self.nft_tables()
                      if table_exists(t["family"], t["name"])]
             if not left or time.monotonic() > deadline:
