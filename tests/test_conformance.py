@@ -378,7 +378,11 @@ def test_plain_ipv4_is_forwarded_by_lpm(sw):
                / UDP(sport=QAINA_UDP_PORT, dport=QAINA_UDP_PORT)
                / QAINA(job_id=7, worker=2, flags=FLAG_RESULT, words=list(range(sw.words))))
     sw.hosts[5].send(transit)
-    assert results(sw, 3, timeout=0.3) == []
+
+    def transits(frames):  # not a late frame of an earlier test on the same lab
+        return [f for f in frames if QAINA in f and f[QAINA].slot == transit[QAINA].slot
+                and list(f[QAINA].words) == list(transit[QAINA].words)]
+    assert transits(results(sw, 3, timeout=0.3)) == []
     assert count(sw, "drops", Drop.FORGED_RESULT, 1) == 1
     sw.conn.insert_many([result_entry(5, ip_to_int(AGG_IP))])
     sw.hosts[5].send(transit)
