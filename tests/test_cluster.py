@@ -5,7 +5,9 @@ exact sums, and nothing left, as a plain run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import subprocess
 
@@ -67,23 +69,29 @@ def test_on_one_server_everything_is_there_and_pins_win(tmp_path):
     assert where["sp1"] == "c"
 
 
-@pytest.fixture
-def dead_address():
-    """An address of a namespace this test makes, where nothing listens (no ssh)."""
-    ns = f"qbcl{__import__('os').getpid() % 10000}"
-    cmds = [f"ip netns add {ns}",
-            f"ip link add {ns}a type veth peer name {ns}b",
-            f"ip link set {ns}b netns {ns}",
-            f"ip addr add 10.213.7.1/30 dev {ns}a", f"ip link set {ns}a up",
-            f"ip -n {ns} addr add 10.213.7.2/30 dev {ns}b", f"ip -n {ns} link set {ns}b up",
-            f"ip -n {ns} link set lo up"]
+@contextlib.contextmanager
+def veth_namespace(ns: str, here: str, there: list[str], prefix: int):
+    """A namespace ``ns`` with the addresses ``there``, reaching this machine's ``here``
+    over a veth pair (all in a /``prefix`` of their own); removed afterwards."""
+    cmds = [f"ip netns add {ns}", f"ip link add {ns}a type veth peer name {ns}b",
+            f"ip link set {ns}b netns {ns}", f"ip addr add {here}/{prefix} dev {ns}a",
+            f"ip link set {ns}a up"]
+    cmds += [f"ip -n {ns} addr add {a}/{prefix} dev {ns}b" for a in there]
+    cmds += [f"ip -n {ns} link set {ns}b up", f"ip -n {ns} link set lo up"]
     try:
         for c in cmds:
             subprocess.run(c.split(), check=True, capture_output=True)
-        yield "10.213.7.2"
+        yield
     finally:
         subprocess.run(["ip", "link", "del", f"{ns}a"], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.fixture
+def dead_address():
+    """An address of a namespace this test makes, where nothing listens (no ssh)."""
+    with veth_namespace(f"qbcl{os.getpid() % 10000}", "10.213.7.1", ["10.213.7.2"], 30):
+        yield "10.213.7.2"
 
 
 @pytest.mark.root
@@ -278,20 +286,9 @@ def test_the_harness_address_is_the_ssh_client_address_the_server_sees(monkeypat
 def two_clients():
     """A namespace with two addresses, 10.213.9.2 and .3, reaching this machine's
     10.213.9.1 over a veth pair; yields (namespace, this machine's address)."""
-    import os
     ns = f"qbgd{os.getpid() % 10000}"
-    cmds = [f"ip netns add {ns}", f"ip link add {ns}a type veth peer name {ns}b",
-            f"ip link set {ns}b netns {ns}", f"ip addr add 10.213.9.1/29 dev {ns}a",
-            f"ip link set {ns}a up", f"ip -n {ns} addr add 10.213.9.2/29 dev {ns}b",
-            f"ip -n {ns} addr add 10.213.9.3/29 dev {ns}b", f"ip -n {ns} link set {ns}b up",
-            f"ip -n {ns} link set lo up"]
-    try:
-        for c in cmds:
-            subprocess.run(c.split(), check=True, capture_output=True)
+    with veth_namespace(ns, "10.213.9.1", ["10.213.9.2", "10.213.9.3"], 29):
         yield ns, "10.213.9.1"
-    finally:
-        subprocess.run(["ip", "link", "del", f"{ns}a"], capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
 def connects(ns: str | None, source: str | None, address: str, port: int) -> bool:

@@ -49,13 +49,17 @@ def spread(xs: list[float], fmt: Callable[[float], str], unit: str = "") -> str:
     return f"{mean}{unit}" + (f" ({lo}-{hi})" if lo != hi else "")
 
 
+def fixed(digits: int) -> Callable[[float], str]:
+    """A format with ``digits`` decimals."""
+    return lambda x: f"{x:.{digits}f}"
+
+
+f1, f2, f3 = fixed(1), fixed(2), fixed(3)
+
+
 def seconds(x: float) -> str:
     """Three decimals below a second, three significant digits above."""
     return f"{x:.3f}" if x < 1 else f"{x:.3g}"
-
-
-def f3(x: float) -> str:
-    return f"{x:.3f}"
 
 
 def mbytes(x: float) -> str:
@@ -82,14 +86,6 @@ def sig2(x: float) -> str:
 def wait(x: float) -> str:
     """One significant digit below 0.1 s, two decimals above."""
     return f"{x:.1g}" if x < 0.1 else f"{x:.2f}"
-
-
-def f1(x: float) -> str:
-    return f"{x:.1f}"
-
-
-def f2(x: float) -> str:
-    return f"{x:.2f}"
 
 
 def sig3(x: float) -> str:
