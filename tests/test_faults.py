@@ -307,3 +307,30 @@ def test_a_benchmark_killed_outright_is_cleaned_up_from_its_record(tmp_path):
     assert data["temp_directories"] and not any(Path(d).exists()
                                                 for d in data["temp_directories"])
     assert not list((tmp_path / "records").glob("bench-*.json"))
+
+
+def test_a_testbed_benchmark_killed_outright_leaves_no_temporary_directory(tmp_path):
+    """`bench testbed` keeps its runs in a temporary directory listed in a record of
+    its own: after kill -9, `qaina-bench clean` removes it with the run's network."""
+    env = dict(os.environ, QAINA_RECORD_DIR=str(tmp_path / "records"))
+    bench = subprocess.Popen([sys.executable, "-m", "qaina_bench.harness.cli", "bench",
+                              "testbed", "--table", "transport", "--iterations", "12"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             cwd=tmp_path)
+
+    def started():  # the benchmark's directory recorded, and a run under way in it
+        records = [json.loads(p.read_text()) for p in (tmp_path / "records").glob("*.json")]
+        dirs = [d for r in records for d in r.get("temp_directories", [])]
+        running = [r for r in records if r["interfaces"]]
+        return dirs if dirs and running and any(Path(dirs[0]).iterdir()) else None
+
+    try:
+        dirs = wait_for(started, what="the benchmark's directory and a run in it")
+    finally:
+        bench.kill()
+        bench.wait()
+    out = subprocess.run([sys.executable, "-m", "qaina_bench.harness.cli", "clean"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert f"deleted temporary directory {dirs[0]}" in out.stdout, out.stdout + out.stderr
+    assert not Path(dirs[0]).exists()
+    assert not list((tmp_path / "records").glob("*.json"))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import os
 import re
 import socket
@@ -316,6 +317,20 @@ def _open_csv(ap, path):
         ap.error(f"--csv {path}: {exc.strerror or exc}")
 
 
+@contextlib.contextmanager
+def recorded_workdir():
+    """A temporary directory for a benchmark's runs, listed in a record of its own so
+    that ``clean`` removes it after a kill -9 (the runs' records list the rest)."""
+    with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
+        record = RunRecord(f"bench-{os.getpid()}-{time.monotonic_ns() % 10**9}")
+        record.add_temp_directory(tmp)
+        record.save()
+        try:
+            yield Path(tmp)
+        finally:
+            record.close()
+
+
 def _testbed(ap, args) -> int:
     """``bench testbed``: the chosen tables, in order; with ``--csv``, the one table's
     rows written there."""
@@ -324,8 +339,7 @@ def _testbed(ap, args) -> int:
         ap.error("--csv writes one table: add exactly one --table of "
                  + ", ".join(CSV_TABLES))
     csv_file = _open_csv(ap, args.csv)
-    with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
-        work = Path(tmp)
+    with recorded_workdir() as work:
         if "transport" in tables:
             transport_table(work, args.iterations)
         if "repeat" in tables:

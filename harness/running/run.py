@@ -144,7 +144,7 @@ class Run:
         #: --pcap: the interfaces to capture and the tool, checked before anything starts
         self.capture = (CapturePlan.resolve(cfg.output.pcap, topo, cfg.output.pcap_size)
                         if cfg.output.pcap else None)
-        busy = live_records()
+        busy = [r for r in live_records() if r.data["owner"] != os.getpid()]  # not ours
         if busy:
             raise ConfigError(f"run {busy[0].run_id} (pid {busy[0].data['owner']}) is still "
                               "running; wait for it or stop it first (one testbed at a time)")
