@@ -425,8 +425,7 @@ class _Exchange:
         now = time.monotonic()
         self.gap += ((now - self.last_rx) / got - self.gap) / 8
         self.last_rx = now
-        srtt = self.s.rtt.srtt
-        limit = max(COALESCE_MAX, COALESCE_SHARE * srtt) if srtt else COALESCE_MAX
+        limit = max(COALESCE_MAX, COALESCE_SHARE * (self.s.rtt.srtt or 0.0))
         delay = coalesce_delay(got, self.s.min_batch, self.in_flight, self.gap, limit,
                                self.timer, now)
         if delay > 0:

@@ -135,7 +135,6 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
     # What the benchmark starts is recorded like a run's: `clean` (or the next `up`)
     # removes it if the benchmark is killed outright.
     record = RunRecord(f"bench-{os.getpid()}-{time.monotonic_ns() % 10**9}")
-    record.add_temp_directory(workdir)  # the benchmark's: `clean` removes it after kill -9
     veths = VethPorts(WORKERS, record)
     extra = {"thrift_port": _free_port()} if kind == "bmv2" else {}
     target = make_target(kind, "bench", {i + 1: sw for i, (sw, _) in enumerate(veths.names)},
@@ -384,9 +383,9 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
     best: dict[tuple[str, int, int], float] = {}
     overload = []
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
+    with recorded_workdir() as tmp:
         def point(kind, bits, words, rate):
-            runs = [switch_bench(kind, bits, rate, seconds, Path(tmp), words)
+            runs = [switch_bench(kind, bits, rate, seconds, tmp, words)
                     for _ in range(repeat)]
             _print_point(kind, bits, words, runs)
             rows.append(point_row(kind, bits, words, runs))

@@ -93,7 +93,7 @@ class PortSet:
                     if p.tx_queued and not self._flush(p):
                         waiting = True
                 overload.update(time.monotonic())
-                if 0 < longest < BURST_MIN and coalesce and not waiting:
+                if coalesce and 0 < longest < BURST_MIN and not waiting:
                     time.sleep(coalesce)
                     self.coalesced += 1
         finally:
