@@ -94,6 +94,7 @@ class AgentConfig:
     slots: int  # window: slots of the job's range this agent cycles through
     output: str  # JSON-lines file of per-iteration records
     trace_worker: int | None = None  # which trace worker to replay (default: worker)
+    exact_sums: str = ""  # the job's exact sums (TraceSet.write_exact_sums); "": sum here
     shared_slots: int = 0  # --allocation shared: chunks hashed onto slots shared_base..
     shared_base: int = 0  # .. shared_base + shared_slots - 1 (0 slots: the job's range)
     wire_worker: int | None = None  # index in its packets if not ``worker`` (two levels)
@@ -171,7 +172,8 @@ class Agent:
                                 tr.lr, tr.batch_size, tuple(tr.hidden), tr.width,
                                 tr.eval_every)
         return TraceReplay(cfg.trace, cfg.worker if cfg.trace_worker is None
-                           else cfg.trace_worker, work.workers, work.iterations)
+                           else cfg.trace_worker, work.workers, work.iterations,
+                           cfg.exact_sums)
 
     # -- iterations --------------------------------------------------------------------
     def iteration(self, i: int) -> Aggregated:

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from .traces import TraceSet
+from .traces import TraceSet, load_exact_sums
 from .training import DataParallelJob
 
 
@@ -20,7 +20,8 @@ class TraceReplay:
     """One worker's gradients of a trace set, read before the run starts (the timed
     path only quantizes, sends, receives and dequantizes)."""
 
-    def __init__(self, path: str, worker: int, workers: int, iterations: int):
+    def __init__(self, path: str, worker: int, workers: int, iterations: int,
+                 exact_sums: str = ""):
         trace = TraceSet.open(path)
         if workers > trace.workers:
             raise ValueError(f"trace {trace.name} has {trace.workers} workers, the job has "
@@ -32,8 +33,12 @@ class TraceReplay:
         self.layers = [(layer.name, layer.size) for layer in trace.layers]
         self.elements = trace.elements
         self.gradients = [trace.gradient(worker, i) for i in range(iterations)]
-        self.exact_sums = [trace.exact_sum(i, workers=range(workers), dtype=np.float32)
-                           for i in range(iterations)]
+        # The reference of the aggregation error: the harness's file of the job's exact
+        # sums where it wrote one (summed once), else summed here from every worker's.
+        self.exact_sums = (load_exact_sums(exact_sums, iterations, trace.elements)
+                           if exact_sums else
+                           [trace.exact_sum(i, workers=range(workers), dtype=np.float32)
+                            for i in range(iterations)])
 
     def gradient(self, i: int) -> np.ndarray:
         return self.gradients[i]

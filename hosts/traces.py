@@ -142,6 +142,22 @@ class TraceSet:
             total += self.gradient(k, iteration)
         return total.astype(dtype, copy=False)
 
+    def write_exact_sums(self, path, workers: int, iterations: int) -> Path:
+        """The exact aggregates of iterations ``0 .. iterations-1`` over workers ``0 ..
+        workers-1``, as one float32 array (iterations, elements) in the ``.npy`` file
+        ``path`` (written whole, by a rename): summed once for all the agents of a
+        job, which read it with :func:`load_exact_sums`."""
+        path = Path(path)
+        partial = path.with_name(f".{path.name}.partial")
+        sums = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32,
+                                         shape=(iterations, self.elements))
+        for i in range(iterations):
+            sums[i] = self.exact_sum(i, range(workers), np.float32)
+        sums.flush()
+        del sums
+        partial.rename(path)
+        return path
+
     def layer_views(self, grad: np.ndarray) -> dict[str, np.ndarray]:
         """Per layer name, a view of a flattened gradient in that layer's shape."""
         grad = np.asarray(grad)
@@ -375,6 +391,21 @@ def find_trace(name, dirs=None) -> Path:
     known = ", ".join(entry.name for entry in list_traces(dirs)) or "none"
     searched = ", ".join(str(d) for d in trace_search_path(dirs))
     raise TraceError(f"no trace set {name!r} (searched {searched}; known: {known})")
+
+
+def load_exact_sums(path, iterations: int, elements: int) -> list[np.ndarray]:
+    """The exact aggregates of iterations ``0 .. iterations-1`` from a file of
+    :meth:`TraceSet.write_exact_sums` (mapped, not read: the agents of a job share
+    the pages); TraceError (one line) if it is missing or of another shape."""
+    try:
+        sums = np.load(path, mmap_mode="r")
+    except (OSError, ValueError) as exc:
+        raise TraceError(f"exact sums {path}: cannot read them: {exc}") from None
+    if sums.dtype != np.float32 or sums.ndim != 2 or sums.shape[0] < iterations \
+            or sums.shape[1] != elements:
+        raise TraceError(f"exact sums {path}: {sums.dtype} {sums.shape}, expected float32 "
+                         f"({iterations} or more, {elements})")
+    return [np.asarray(sums[i]) for i in range(iterations)]
 
 
 def open_trace(name, dirs=None) -> TraceSet:

@@ -206,12 +206,15 @@ def test_after_kill_9_of_the_cli_the_next_run_removes_what_it_left(tmp_path):
     proc.kill()
     proc.wait(10)
     assert leftovers(record)  # the switch, the agents and the links are still there
+    sums = [d for d in record.get("temp_directories", []) if "qaina-bench-sums-" in d]
+    assert len(sums) == 1 and Path(sums[0]).is_dir()  # the exact sums the agents map
     assert [r.run_id for r in stale_records()] == ["killed"]
     again = cli(tmp_path, "after-kill", "--iterations", "1")
     out, _ = again.communicate(timeout=120)
     assert again.returncode == 0, out.decode()
     assert b"run killed ended without tearing down" in out
     assert leftovers(record) == []
+    assert not Path(sums[0]).exists()
     assert record_of("killed") is None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,6 +60,12 @@ def test_summary_agrees_with_what_the_trace_the_switch_and_the_agents_say(tmp_pa
             got = z[f"aggregate_{i}"].astype(np.float64)
             errors.append(np.linalg.norm(got - exact) / np.linalg.norm(exact))
         assert job["rel_error_max"] == pytest.approx(max(errors), rel=1e-4)
+    # ... against the exact sums the run summed once for every agent, in a temporary
+    # directory that is gone with the run
+    named = {json.loads((directory / "agents" / f"j{j}w{w}.json").read_text())["exact_sums"]
+             for j in (1, 2) for w in range(2)}
+    (path,) = named
+    assert "qaina-bench-sums-" in path and not Path(path).exists()
     first_send = min(r["start"] for p in (directory / "agents").glob("*.jsonl")
                      for r in map(json.loads, open(p)) if r["type"] in ("warmup", "iteration"))
     events = saved["events"]

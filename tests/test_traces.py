@@ -13,8 +13,10 @@ from qaina_bench.harness.cli import main as cli
 from qaina_bench.hosts import recorder
 from qaina_bench.hosts.models import NumpyMLP
 from qaina_bench.hosts.recorder import record
+from qaina_bench.hosts.sources import TraceReplay
 from qaina_bench.hosts.traces import (Layer, TraceError, TraceSet, default_trace_dir,
-                                      find_trace, list_traces, open_trace, write_trace)
+                                      find_trace, list_traces, load_exact_sums, open_trace,
+                                      write_trace)
 
 LAYERS = [("a.weight", (3, 4)), ("a.bias", (3,))]
 
@@ -56,6 +58,32 @@ def test_round_trip(small_trace):
     views = trace.layer_views(grads[0][0])
     assert views["a.weight"].shape == (3, 4) and views["a.bias"].shape == (3,)
     np.testing.assert_array_equal(views["a.bias"], grads[0][0][12:])
+
+
+def test_exact_sums_written_once_read_as_the_trace_sums_them(small_trace, tmp_path):
+    """The harness's file of a job's exact sums (workers 0 .. n-1) holds what
+    ``exact_sum`` gives, and a replaying agent reads it instead of summing."""
+    written, grads = small_trace
+    trace = TraceSet.open(written.path)
+    path = trace.write_exact_sums(tmp_path / "exact.npy", workers=2, iterations=2)
+    assert not list(tmp_path.glob(".*partial"))
+    sums = load_exact_sums(path, 2, trace.elements)
+    for i in range(2):
+        assert sums[i].dtype == np.float32 and type(sums[i]) is np.ndarray
+        np.testing.assert_array_equal(sums[i], trace.exact_sum(i, range(2), np.float32))
+    assert len(load_exact_sums(path, 1, trace.elements)) == 1
+    replay = TraceReplay(str(written.path), 1, 2, 2, exact_sums=str(path))
+    alone = TraceReplay(str(written.path), 1, 2, 2)
+    for i in range(2):
+        np.testing.assert_array_equal(replay.exact(i), alone.exact(i))
+        np.testing.assert_array_equal(replay.gradient(i), grads[1][i])
+    with pytest.raises(TraceError, match=r"expected float32 \(3 or more, 15\)"):
+        load_exact_sums(path, 3, trace.elements)
+    with pytest.raises(TraceError, match="cannot read them"):
+        load_exact_sums(tmp_path / "none.npy", 2, trace.elements)
+    np.save(tmp_path / "wide.npy", np.zeros((2, 16), np.float32))
+    with pytest.raises(TraceError, match=r"float32 \(2, 16\)"):
+        TraceReplay(str(written.path), 0, 2, 2, exact_sums=str(tmp_path / "wide.npy"))
 
 
 def test_files_on_disk_are_the_documented_layout(small_trace):

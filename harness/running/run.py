@@ -40,6 +40,7 @@ from .clustercheck import cluster_for, local_bmv2_check
 from .network import Testbed
 from .record import RunRecord, live_records, stale_records
 from .rundir import RunFiles
+from .exactsums import ExactSums
 from .remotesampling import remote_samplers
 from .runmeta import write_results
 from .sampling import Sampler
@@ -165,6 +166,7 @@ class Run:
                               f"{exc.strerror or exc}; choose another --results-dir") from None
         self.record = RunRecord(cfg.output.run_id)
         self.files = RunFiles(self.cluster, self.writer.dir, self.record, self.writer.log_dir)
+        self.sums = ExactSums(self.record)  # a replayed trace's exact sums, once per run
         self.testbed: Testbed | None = None
         self.agents: list[AgentProcess] = []
         self.mode = mode_of(cfg)  # the collective mode's data (hosts/collective.py)
@@ -323,6 +325,7 @@ class Run:
         where = {w.host: getattr(self.testbed.host(w.host), "server_key", None)
                  for job in self.jobs for w in job.workers}  # the trace set there
         traces = self.files.send_inputs(self.trace_path, set(where.values()), self.echo)
+        self.sums.write(self.trace_path, cfg.workload, self.files, set(where.values()), self.echo)
         for job in self.jobs:
             senders = self._senders(job)
             for w in job.workers:
@@ -332,6 +335,7 @@ class Run:
                 acfg = AgentConfig(
                     run=cfg, job_id=job.job_id, worker=w.index, bits=job.fmt.bits,
                     trace=traces.get(where[host], str(self.trace_path or "")),
+                    exact_sums=self.sums.there(where[host]),
                     aggregator=aggregator_ip(ids[switch]),
                     wire_worker=wire_worker, slot_base=job.slot_base,
                     slots=cfg.workload.slots if self.shared else job.slot_count,
@@ -572,6 +576,7 @@ class Run:
             self.sampler.stop()
         self.ledger.end()
         self._stop_agents()
+        self.sums.remove()
         if self.cli_session is not None:  # what the user started from Mininet's CLI
             self.cli_session.stop_by_hand()
         if self.capture is not None:  # the files are written out before the links go

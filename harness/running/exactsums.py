@@ -1,0 +1,66 @@
+"""The exact aggregates a replaying job's agents compare theirs with, summed once per run.
+
+An agent reports the relative error of every aggregate it receives against the exact
+sum of the job's gradients. Summed in each agent, that read every worker's whole
+trace in every agent: n times the trace set for a job of n workers, before the first
+packet (on this 2-core machine 3.7 s of CPU per agent for the 8-worker ResNet trace).
+The run sums them here once, into a temporary directory its record lists (``clean``
+removes it after a kill -9), copied to the servers of remote agents like the trace
+set; the agents map the file (``hosts/traces.py``, ``load_exact_sums``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from ...hosts.traces import TraceError, TraceSet
+from .record import RunRecord
+from .rundir import RunFiles
+
+
+class ExactSums:
+    """The run's file of exact sums (``write``) and its removal (``remove``)."""
+
+    def __init__(self, record: RunRecord):
+        self.record = record
+        self.directory: Path | None = None
+        self.path: Path | None = None
+        self.copies: dict[str, str] = {}  # server -> the directory's copy there
+
+    def write(self, trace_path, workload, files: RunFiles, servers, echo=print
+              ) -> Path | None:
+        """The exact sums of the workload's workers and iterations of the trace set at
+        ``trace_path`` (None: the run trains, no file), copied to ``servers`` (names)
+        that do not share this disk."""
+        if trace_path is None:
+            return None
+        workers, iterations = workload.workers, workload.iterations
+        self.directory = Path(tempfile.mkdtemp(prefix="qaina-bench-sums-"))
+        self.record.add_temp_directory(self.directory)
+        self.record.save()
+        began = time.monotonic()
+        try:
+            self.path = TraceSet.open(trace_path).write_exact_sums(
+                self.directory / f"exact-w{workers}-i{iterations}.npy", workers, iterations)
+        except TraceError as exc:  # a worker file that cannot be read: one line, as a disk's
+            raise OSError(f"summing the exact aggregates: {exc}") from None
+        echo(f"  exact sums of {workers} workers x {iterations} iterations: "
+             f"{time.monotonic() - began:.1f} s")
+        self.copies = files.send_inputs(self.directory, servers)
+        return self.path
+
+    def there(self, server: str | None) -> str:
+        """The file's path for an agent on ``server`` ("" when there is none)."""
+        if self.path is None:
+            return ""
+        copy = self.copies.get(server)
+        return f"{copy}/{self.path.name}" if copy else str(self.path)
+
+    def remove(self):
+        """The directory and its file, gone (before the run checks what is left)."""
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
