@@ -35,6 +35,7 @@ from .linkloss import apply_loss, remove_table
 from ..switches.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, free_copies,
                    guard_entries, ip_to_int, mac_to_int, program_aggregator, program_job,
                    release_job, result_entry, source_entry)
+from ..config import ConfigError
 from .record import RunRecord
 from ..switches.targets import make_target
 
@@ -569,3 +570,15 @@ class Testbed:
         if left:
             raise RuntimeError(f"teardown left {', '.join(left)}"
                                + (f" ({problem!r})" if problem else ""))
+
+
+def check_names_free(topo_name: str, topo):
+    """Refuse to start when an interface the topology's switches will create exists
+    already (left by a run without a record, or another program)."""
+    switches = set(topo.switches())
+    taken = sorted(p.name for p in Path("/sys/class/net").iterdir()
+                   if p.name.split("-eth")[0] in switches and "-eth" in p.name)
+    if taken:
+        raise ConfigError(f"interface {taken[0]} exists already ({len(taken)} of the "
+                          f"{topo_name} switches' names are taken): run `qaina-bench clean`, "
+                          f"or remove them with `ip link del {taken[0]}`")

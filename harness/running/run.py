@@ -37,7 +37,7 @@ from ..switches.jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
 from .mncli import RunCLI
 from .clustercheck import cluster_for, local_bmv2_check
-from .network import Testbed
+from .network import Testbed, check_names_free
 from .record import RunRecord, live_records, stale_records
 from .rundir import RunFiles
 from .exactsums import ExactSums
@@ -91,18 +91,6 @@ def build_topology(cfg: RunConfig, netem: bool = True):
     hosts = work.jobs * work.workers + (work.jobs if extra else 0)
     link = LinkParams(net.bw, net.delay, net.loss if netem else None)
     return cfg.topology().build(hosts, link)
-
-
-def check_names_free(topo_name: str, topo):
-    """Refuse to start when an interface the topology's switches will create exists
-    already (left by a run without a record, or another program)."""
-    switches = set(topo.switches())
-    taken = sorted(p.name for p in Path("/sys/class/net").iterdir()
-                   if p.name.split("-eth")[0] in switches and "-eth" in p.name)
-    if taken:
-        raise ConfigError(f"interface {taken[0]} exists already ({len(taken)} of the "
-                          f"{topo_name} switches' names are taken): run `qaina-bench clean`, "
-                          f"or remove them with `ip link del {taken[0]}`")
 
 
 class Run:
@@ -356,21 +344,7 @@ class Run:
                     popen = self.testbed.start_process(host, argv, out, log, env,
                                                        f"agent {name} on {host}")
                     self.agents.append(AgentProcess(job.job_id, w.index, host, acfg, popen, log))
-        # Start together once every agent has loaded its trace (a script: PyTorch too).
-        wait = 60 if self.script is None else self.script.START_WAIT
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            self._check_agents()
-            if all(any(r.get("type") == "start" for r in a.records()) for a in self.agents):
-                break
-            time.sleep(0.02)
-        else:
-            waiting = [f"j{a.job}w{a.worker}" for a in self.agents
-                       if not any(r.get("type") == "start" for r in a.records())]
-            how = f" ({self.mode.connect_note})" if self.mode.connect_note else ""
-            raise RunError(f"agents {', '.join(waiting[:8])}{' ...' if len(waiting) > 8 else ''} "
-                           f"did not start within {wait} s{how}; see "
-                           f"{self.writer.log_dir}")
+        self._await_agents()
         for p in self._processes():
             self.ledger.watch(p["name"], p["component"], p["pid"], p["job"])
         self.ledger.begin()
@@ -395,6 +369,21 @@ class Run:
             self.admission = Admission(pool, slots, self.offsets, self.events["agents_go"],
                                        self._admit, self._release)
             self.admission.step(time.time())
+
+    def _await_agents(self):
+        """Until every agent has loaded its trace (a script: PyTorch too) and is ready."""
+        wait = 60 if self.script is None else self.script.START_WAIT
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            self._check_agents()
+            if all(any(r.get("type") == "start" for r in a.records()) for a in self.agents):
+                return
+            time.sleep(0.02)
+        waiting = [f"j{a.job}w{a.worker}" for a in self.agents
+                   if not any(r.get("type") == "start" for r in a.records())]
+        how = f" ({self.mode.connect_note})" if self.mode.connect_note else ""
+        raise RunError(f"agents {', '.join(waiting[:8])}{' ...' if len(waiting) > 8 else ''} "
+                       f"did not start within {wait} s{how}; see {self.writer.log_dir}")
 
     def _agent_command(self, job: Job, worker, name: str, path: Path):
         """argv, environment and log of a worker's process: its agent, or with
