@@ -18,7 +18,7 @@ from qaina_bench.harness.sweeping import sweepcsv
 from qaina_bench.harness.results.metrics import METRICS, Column, Metric, glossary, sweep_columns
 from qaina_bench.harness.results.report import FILES, ReportError, check, write
 from qaina_bench.harness.results.summary import job_summary
-from qaina_bench.harness.results.tables import columns_help, job_head, job_line
+from qaina_bench.harness.results.tables import columns_help, job_head, job_line, startup_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,3 +161,16 @@ def test_the_job_table_says_n_a_for_what_does_not_apply():
     assert s["slots_peak"] is None and s["register_bit_efficiency"] is None
     line = job_line(s)
     assert len(line) == len(job_head()) and line.count("n/a") == 3
+
+
+def test_the_startup_line_says_where_the_time_before_the_first_packet_went():
+    summary = {"startup_to_first_send_s": 11.0,
+               "events": {"invoked": 100.0, "network_up": 101.5, "programmed": 101.5,
+                          "agents_go": 110.9}}
+    assert startup_line(summary) == (
+        "first packet 11.0 s after start: network up 1.5 s, switches programmed 0.0 s, "
+        "agents ready 9.4 s, first send 0.1 s")
+    del summary["events"]["programmed"]  # a step a run did not record is left out
+    assert startup_line(summary).endswith("network up 1.5 s, agents ready 9.4 s, "
+                                          "first send 0.1 s")
+    assert startup_line({"startup_to_first_send_s": 2.0}) == "first packet 2.0 s after start"

@@ -50,13 +50,34 @@ def print_summary(summary: dict, directory: Path):
                        f"chunks, the fallback host {fb['chunks_hosts']} chunks from "
                        f"{fb['singles']} singles")
     if summary.get("startup_to_first_send_s") is not None:
-        click.echo(f"first packet {summary['startup_to_first_send_s']:.1f} s after start")
+        click.echo(startup_line(summary))
     print_fidelity(summary)
     for warning in summary.get("validity", {}).get("warnings", []):
         click.echo(f"warning: {warning}", err=True)
     for err in summary.get("errors", []):
         click.echo(f"error: {err}", err=True)
     click.echo(f"results: {directory}")
+
+
+#: the run's events up to its first packet, in order, as ``startup_line`` names them
+STARTUP_STEPS = [("network_up", "network up"), ("programmed", "switches programmed"),
+                 ("agents_go", "agents ready")]
+
+
+def startup_line(summary: dict) -> str:
+    """When the first packet went, and where the time before it went: each step from
+    the one before (``summary.json``'s ``events``), the last to the first send."""
+    first = summary["startup_to_first_send_s"]
+    events = summary.get("events") or {}
+    if "invoked" not in events:
+        return f"first packet {first:.1f} s after start"
+    steps, last = [], events["invoked"]
+    for key, name in STARTUP_STEPS:
+        if events.get(key) is not None:
+            steps.append(f"{name} {events[key] - last:.1f} s")
+            last = events[key]
+    steps.append(f"first send {events['invoked'] + first - last:.1f} s")
+    return f"first packet {first:.1f} s after start: {', '.join(steps)}"
 
 
 def print_fidelity(summary: dict):
