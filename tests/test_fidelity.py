@@ -236,6 +236,21 @@ def test_cpu_cost_on_a_cluster_shares_over_every_servers_cores():
     assert c["cores"] == 14 and c["cores_by_server"] == by_server
     assert c["share_of_machine"] == pytest.approx(3.6 / (4.0 * 14))
     assert c["total_s"] == pytest.approx(3.6)  # what was spent does not change
+    assert "shared_kernel" not in c and "softirq_by_server" not in c["kernel"]
+
+
+def test_cpu_cost_counts_a_kernel_once_and_every_kernels_softirq():
+    """Servers that are containers of one machine share its kernel: its cores once;
+    another machine's softirq time adds to this one's."""
+    by_server = {"localhost": 2, "qb-b": 2, "qb-c": 4}
+    other = {**READINGS["machine"], "softirq": 0.6}
+    c = cpu_cost({**READINGS, "cores_by_server": by_server, "shared_kernel": {"qb-b": "localhost"},
+                  "machine_by_server": {"qb-c": other}}, 2_000_000)
+    assert c["cores"] == 6 and c["shared_kernel"] == {"qb-b": "localhost"}
+    assert c["kernel"]["softirq_s"] == pytest.approx(1.0)
+    assert c["kernel"]["softirq_by_server"] == {"localhost": 0.4, "qb-c": 0.6}
+    assert "2 machines" in c["kernel"]["scope"]
+    assert c["total_s"] == pytest.approx(3.6)  # inside the processes' system time here
 
 
 BURN = """

@@ -17,7 +17,9 @@ from qaina_bench.harness.results.fidelity import cpu_load
 from qaina_bench.harness.results.resultset import ResultWriter, read_csv
 from qaina_bench.harness.running.cluster import Server
 from qaina_bench.harness.running.remotesampling import (RemoteSampler, clock_offset,
-                                                        merge_samples, process_cpu)
+                                                        local_kernel, machine_cpu,
+                                                        merge_samples, process_cpu,
+                                                        shared_kernels)
 
 
 def test_a_remote_sampler_samples_its_interfaces_and_processes_until_stopped(tmp_path):
@@ -42,6 +44,9 @@ def test_a_remote_sampler_samples_its_interfaces_and_processes_until_stopped(tmp
     clocks = merge_samples(writer, [sampler], readings)
     assert sampler.cores == psutil.cpu_count()  # the server's own count, once at start
     assert readings["cores_by_server"] == {"localhost": 2, sampler.server.name: sampler.cores}
+    # the server is this machine: its kernel is this one's, not counted twice
+    assert sampler.kernel == local_kernel() and sampler.kernel
+    assert readings["shared_kernel"] == {} and readings["machine_by_server"] == {}
     writer.close()
     rows = read_csv(writer.dir / "timeseries.csv")
     assert rows and all(r["server"] == "localhost" for r in rows)
@@ -63,6 +68,25 @@ def test_process_cpu_spans_the_samples_around_the_window():
     rows.append({"kind": "cpu", "time": 1.0, "user_s": 99})
     assert process_cpu(rows, 1.2, 1.8) == {"switch lf2": (1.0, 0.2)}  # samples at 1 and 2
     assert process_cpu(rows, -5, 9) == {"switch lf2": (2.0, 0.4)}  # first to last
+
+
+def test_machine_cpu_spans_the_samples_around_the_window():
+    rows = [{"kind": "cpu", "time": t, "softirq_s": q, "user_s": u}
+            for t, q, u in ((0.0, 1.0, 5.0), (1.0, 1.5, 6.0), (2.0, 2.5, 8.0))]
+    rows.append({"kind": "proc", "time": 1.5, "process": "agent j1w0", "user_s": 9})
+    got = machine_cpu(rows, 1.2, 1.8)  # samples at 1 and 2
+    assert got["softirq"] == 1.0 and got["user"] == 2.0 and got["idle"] == 0.0
+    assert machine_cpu(rows[:1], 0, 1) == {}
+
+
+def test_servers_on_one_kernel_are_counted_once():
+    class Fake:
+        def __init__(self, name, kernel):
+            self.server, self.kernel = Server(name), kernel
+    here = local_kernel()
+    samplers = [Fake("qb-b", here), Fake("qb-c", "k2"), Fake("qb-d", "k2"), Fake("qb-e", None),
+                Fake("localhost", here)]
+    assert shared_kernels(samplers) == {"qb-b": "localhost", "qb-d": "qb-c"}
 
 
 def test_the_clock_offset_of_this_machine_is_within_the_round_trip():

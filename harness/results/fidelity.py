@@ -245,12 +245,14 @@ def job_fidelity(job_id: int, hosts: set[str], rows: list[dict], series: dict,
 
 def machine_cores(readings: dict) -> tuple[int, dict | None]:
     """The cores the run had: this machine's, or on a cluster the sum over every
-    server's (``cores_by_server``, from each server's sampler; one that did not say is
-    left out of the sum), with that dict."""
+    server's (``cores_by_server``, from each server's sampler; one that did not say,
+    or that runs on the kernel of another, ``shared_kernel``, is left out of the sum),
+    with that dict."""
     by_server = readings.get("cores_by_server")
     if not by_server:
         return readings["cores"], None
-    return sum(c for c in by_server.values() if c), by_server
+    shared = readings.get("shared_kernel") or {}
+    return sum(c for name, c in by_server.items() if c and name not in shared), by_server
 
 
 def cpu_cost(readings: dict | None, elements: int) -> dict | None:
@@ -274,17 +276,26 @@ def cpu_cost(readings: dict | None, elements: int) -> dict | None:
     for c in components.values():
         c["total_s"] = c["user_s"] + c["system_s"]
         c["s_per_melem"] = per_melem(c["total_s"])
-    m = readings["machine"]
+    machines = {"localhost": readings["machine"], **(readings.get("machine_by_server") or {})}
     apart = readings.get("irq_time_apart")
-    kernel = {"softirq_s": m["softirq"], "irq_s": m["irq"], "total_s": m["softirq"] + m["irq"],
-              "scope": "system-wide: every process of the machine, not only the run's",
+    softirq = sum(m["softirq"] for m in machines.values())
+    irq = sum(m["irq"] for m in machines.values())
+    kernel = {"softirq_s": softirq, "irq_s": irq, "total_s": softirq + irq,
+              "scope": ("system-wide: every process of the machine, not only the run's"
+                        if len(machines) == 1 else
+                        f"system-wide on each of the run's {len(machines)} machines "
+                        "(kernels): every process there, not only the run's"),
               "inside_process_system_time": None if apart is None else not apart}
+    if len(machines) > 1:
+        kernel["softirq_by_server"] = {name: m["softirq"] for name, m in machines.items()}
     kernel["s_per_melem"] = per_melem(kernel["total_s"])
     total = sum(c["total_s"] for c in components.values()) + (kernel["total_s"] if apart else 0)
     cores, by_server = machine_cores(readings)
     capacity = readings["window_s"] * cores
     return {"window_s": readings["window_s"], "cores": cores,
             **({"cores_by_server": by_server} if by_server else {}),
+            **({"shared_kernel": readings["shared_kernel"]}
+               if readings.get("shared_kernel") else {}),
             "elements_aggregated": elements, "components": components, "kernel": kernel,
             "total_s": total, "s_per_melem": per_melem(total),
             "share_of_machine": total / capacity if capacity else None,

@@ -97,9 +97,10 @@ def print_fidelity(summary: dict):
     if cost and cost.get("s_per_melem") is not None:
         parts = [f"{name} {c['s_per_melem']:.2f}" for name, c in cost["components"].items()]
         k = cost["kernel"]
-        by = cost.get("cores_by_server") or {}
-        servers = (" (" + ", ".join(f"{n} {c if c else '?'}" for n, c in by.items()) + ")"
-                   if by else "")
+        by, shared = cost.get("cores_by_server") or {}, cost.get("shared_kernel") or {}
+        servers = (" (" + ", ".join(f"{n} {c if c else '?'}" if n not in shared else
+                                    f"{n} on {shared[n]}'s kernel" for n, c in by.items())
+                   + ")" if by else "")
         click.echo(f"CPU s per million elements: {', '.join(parts)}; softirq "
                    f"{k['s_per_melem']:.2f} (system-wide); {cost['total_s']:.1f} CPU s in "
                    f"{cost['window_s']:.1f} s on {cost['cores']} cores{servers}")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..results.resultset import read_csv
 from .cluster import Server
+from .cpustat import STAT_FIELDS
 
 
 def clock_offset(server: Server, exchanges: int = 5) -> dict:
@@ -55,15 +56,44 @@ def clock_offset(server: Server, exchanges: int = 5) -> dict:
     return {"offset_s": best[1], "round_trip_s": best[0] if best[1] is not None else None}
 
 
-def server_cores(server: Server) -> int | None:
+BOOT_ID = "/proc/sys/kernel/random/boot_id"  # one per running kernel
+
+
+def server_cores(server: Server) -> tuple[int | None, str | None]:
     """The CPUs ``server`` has online (``getconf _NPROCESSORS_ONLN`` there, as
-    ``psutil.cpu_count()`` counts them here); None when it does not say."""
+    ``psutil.cpu_count()`` counts them here) and the boot id of its kernel (servers
+    that are containers of one machine share it); None for what it does not say."""
     try:
-        res = subprocess.run(server.ssh("getconf", "_NPROCESSORS_ONLN"), capture_output=True,
-                             text=True, timeout=20)
-        return int(res.stdout.strip()) if res.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError):
+        res = subprocess.run(server.ssh("sh", "-c", f"getconf _NPROCESSORS_ONLN; cat {BOOT_ID}"),
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None
+    said = res.stdout.split() if res.returncode == 0 else []
+    cores = int(said[0]) if said and said[0].isdigit() else None
+    return cores, (said[1] if len(said) > 1 else None)
+
+
+def local_kernel() -> str | None:
+    """This machine's boot id."""
+    try:
+        return Path(BOOT_ID).read_text().strip()
+    except OSError:
         return None
+
+
+def shared_kernels(samplers: list["RemoteSampler"]) -> dict[str, str]:
+    """Server -> the server before it (this machine first) whose kernel it runs on:
+    its ``/proc/stat`` and its cores are that one's, counted once."""
+    first = {local_kernel(): "localhost"}
+    shared = {}
+    for sampler in samplers:
+        if sampler.kernel is None or sampler.server.name == "localhost":  # this machine
+            continue
+        if sampler.kernel in first:
+            shared[sampler.server.name] = first[sampler.kernel]
+        else:
+            first[sampler.kernel] = sampler.server.name
+    return shared
 
 
 class RemoteSampler:
@@ -83,6 +113,7 @@ class RemoteSampler:
         self.pid: int | None = None
         self.clock: dict = {}
         self.cores: int | None = None
+        self.kernel: str | None = None  # its boot id
 
     def command(self) -> list[str]:
         args = [str(self.out), str(self.interval)]
@@ -98,7 +129,7 @@ class RemoteSampler:
         """Measure the server's clock offset, then start sampling there; OSError (one
         line) when it does not start."""
         self.clock = clock_offset(self.server)
-        self.cores = server_cores(self.server)
+        self.cores, self.kernel = server_cores(self.server)
         self.popen = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       start_new_session=True)
@@ -161,12 +192,17 @@ def merge_samples(writer, samplers: list[RemoteSampler], readings: dict | None =
     """Every remote sampler's rows, now here, into ``writer``'s ``timeseries.csv``
     with their server; returns each server's clock offset and how many rows it gave.
     ``readings`` (the CPU ledger's, this machine's window ``began``..``ended``) get the
-    remote processes' CPU seconds over that window in place of their ssh sessions', and
-    ``cores_by_server``: this machine's cores and each server's."""
+    remote processes' CPU seconds over that window in place of their ssh sessions',
+    ``cores_by_server``: this machine's cores and each server's, ``shared_kernel``:
+    the servers that run on the kernel of one before them (``shared_kernels``), and
+    ``machine_by_server``: the other kernels' CPU seconds per ``/proc/stat`` state over
+    the window."""
     out = {}
     if readings and samplers:
         readings["cores_by_server"] = {"localhost": readings.get("cores"),
                                        **{s.server.name: s.cores for s in samplers}}
+        readings["shared_kernel"] = shared_kernels(samplers)
+        readings["machine_by_server"] = {}
     for sampler in samplers:
         name = sampler.server.name
         try:
@@ -178,12 +214,29 @@ def merge_samples(writer, samplers: list[RemoteSampler], readings: dict | None =
         out[name] = {**sampler.clock, "samples": len(rows)}
         if readings:
             offset = sampler.clock.get("offset_s") or 0.0
-            for proc, (user, system) in process_cpu(rows, readings["began"] + offset,
-                                                    readings["ended"] + offset).items():
+            began, ended = readings["began"] + offset, readings["ended"] + offset
+            for proc, (user, system) in process_cpu(rows, began, ended).items():
                 if proc in readings["processes"]:
                     readings["processes"][proc].update(user_s=user, system_s=system,
                                                        server=name)
+            machine = machine_cpu(rows, began, ended)
+            if machine and name not in readings["shared_kernel"] and name != "localhost":
+                readings["machine_by_server"][name] = machine
     return out
+
+
+def machine_cpu(rows: list[dict], began: float, ended: float) -> dict[str, float]:
+    """The server's CPU seconds per ``/proc/stat`` state (``STAT_FIELDS``) from
+    ``began`` to ``ended``, between its samples around them as ``process_cpu``; empty
+    without two samples."""
+    samples = sorted((float(r["time"]), r) for r in rows
+                     if r.get("kind") == "cpu" and r.get("softirq_s") not in (None, ""))
+    if len(samples) < 2:
+        return {}
+    first = max((s for s in samples if s[0] <= began), default=samples[0], key=lambda s: s[0])
+    last = min((s for s in samples if s[0] >= ended), default=samples[-1], key=lambda s: s[0])
+    return {k: float(last[1].get(f"{k}_s") or 0) - float(first[1].get(f"{k}_s") or 0)
+            for k in STAT_FIELDS}
 
 
 def process_cpu(rows: list[dict], began: float, ended: float) -> dict[str, tuple]:
