@@ -120,7 +120,8 @@ def warm():
     """Compile the kernels (or load them from the disk cache) for the formats a run
     uses, so that no agent compiles inside its timed loop: payloads both as rows of
     their own (C layout) and as the payload field of whole datagrams (strided, the
-    agents' send buffers)."""
+    agents' send buffers); the error against exact sums computed in the agent, or
+    mapped read-only from the run's file of them (``traces.load_exact_sums``)."""
     from ..p4.header import QAINA_DTYPE
     in_datagrams = np.zeros(2, dtype=QAINA_DTYPE)["words"].view(np.uint32)
     for dtype in (np.float32, np.float64):
@@ -134,7 +135,10 @@ def warm():
             quantize_pack(values, gains, noise[:0], centre, top, 4, 1, 3, 1, out,
                           levels[:0])
         out = np.zeros((2, 4), dtype=np.uint32)
+        mapped = values.copy()
+        mapped.setflags(write=False)  # another signature for numba
         relative_error(values, values)
+        relative_error(values, mapped)
         for sums in (np.zeros(8, np.int64), np.zeros(0, np.int64)):
             unpack_scale(out, 8, 1, 3, 1, 0, gains, 4, np.zeros(8, np.float32), sums,
                          np.zeros(1, dtype))

@@ -95,8 +95,11 @@ from qaina_bench.hosts import kernels
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.hosts.quantize import Quantizer, scale_rule
 from qaina_bench.p4.header import wire
+import tempfile
+from qaina_bench.hosts.traces import load_exact_sums
 kernels.warm()
-warmed = [len(k.signatures) for k in (kernels.quantize_pack, kernels.unpack_scale)]
+KERNELS = (kernels.quantize_pack, kernels.unpack_scale, kernels.relative_error)
+warmed = [len(k.signatures) for k in KERNELS]
 for bits, stochastic in ((4, True), (4, False), (32, True)):
     fmt = LaneFormat(bits, 8)
     chunk = 256 * fmt.lanes
@@ -109,7 +112,12 @@ for bits, stochastic in ((4, True), (4, False), (32, True)):
     q.dequantize_words(np.array(d["words"]), codes, len(grad), chunk)
     q.dequantize_words(np.array(d["words"]), codes, len(grad), chunk,
                        np.zeros(len(grad), np.int64))
-after = [len(k.signatures) for k in (kernels.quantize_pack, kernels.unpack_scale)]
+    total = q.dequantize_words(np.array(d["words"]), codes, len(grad), chunk)
+    kernels.relative_error(total, grad)  # exact sums of the agent's own
+    with tempfile.TemporaryDirectory() as tmp:  # the run's file of them, mapped
+        np.save(tmp + "/exact.npy", grad[None, :])
+        kernels.relative_error(total, load_exact_sums(tmp + "/exact.npy", 1, len(grad))[0])
+after = [len(k.signatures) for k in KERNELS]
 print(warmed, after)
 assert after == warmed, (warmed, after)
 """
