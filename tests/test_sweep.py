@@ -228,3 +228,16 @@ def test_plot_survives_a_hostile_sweep_table(tmp_path):
     (d / "sweep.csv").write_text("a,b\n1,2\n")
     r = cli("plot", str(d))
     assert "not a sweep table" in r.stderr
+
+
+def test_only_timings_are_drawn_hollow():
+    """A mark is hollow for each repeat that was not network-bound, but never for a
+    count the CPU cannot change (bytes on the fabric, errors)."""
+    from qaina_bench.harness.sweeping.figures import marks
+    rows = [{"status": "complete", "mode": "ina", "leaves": "2", "fidelity": verdict,
+             "iteration_s": "0.2", "switch_link_bytes": "2967000", "rel_error": "0.3"}
+            for verdict in ("cpu-bound", "mixed", "network-bound")]
+    p = {"x": "leaves", "series": ["mode"]}
+    assert [m["hollow"] for m in marks(p, rows, "iteration_s")] == [2]
+    assert [m["hollow"] for m in marks(p, rows, "switch_link_bytes")] == [0]
+    assert [m["hollow"] for m in marks(p, rows, "rel_error")] == [0]

@@ -42,6 +42,11 @@ def values(rows: list[dict], column: str) -> list[float]:
     return [float(r[column]) for r in rows if r.get(column) not in (None, "")]
 
 
+def span(lo: str, hi: str) -> str:
+    """``lo-hi``, or ``lo`` alone where the two read the same."""
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
 def spread(xs: list[float], fmt: Callable[[float], str], unit: str = "") -> str:
     """``mean unit (min-max)``; the range left out where it does not show at ``fmt``."""
     stats = over_repeats(xs)

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from .docformat import (DocData, f2, f3, mbytes, seconds, sig2, sig3, spread, table,
+from .docformat import (DocData, f2, f3, mbytes, seconds, sig2, sig3, span, spread, table,
                         values, verdicts, wait)
 from .metrics import glossary
 from .perftables import (_headline_before, _headline_melem, coalescing, cost, headline,
@@ -356,19 +356,19 @@ VALUES: dict[str, Callable[[DocData], str]] = {
     "ina_mean": lambda d: f"{np.mean(_ratio(d)[0]):.1f}",
     "ring_mean": lambda d: f"{np.mean(_ratio(d)[1]):.1f}",
     "ratio": lambda d: f"{np.mean(_ratio(d)[0]) / np.mean(_ratio(d)[1]):.2f}",
-    "ratio_range": lambda d: "{:.2f}-{:.2f}".format(
-        min(a / b for a in _ratio(d)[0] for b in _ratio(d)[1]),
-        max(a / b for a in _ratio(d)[0] for b in _ratio(d)[1])),
+    "ratio_range": lambda d: span(
+        f"{min(a / b for a in _ratio(d)[0] for b in _ratio(d)[1]):.2f}",
+        f"{max(a / b for a in _ratio(d)[0] for b in _ratio(d)[1]):.2f}"),
     "bmv2_peak_pps": bmv2_peak_pps,
     "bmv2_words_32": lambda d: f"{bmv2_words_per_s(d)[32]:,.0f}",
     "bmv2_words_best": lambda d: f"{max(bmv2_words_per_s(d).values()):,.0f}",
     "bmv2_words_gain": lambda d: f"{max(bmv2_words_per_s(d).values()) / bmv2_words_per_s(d)[32]:.1f}",
     "error_4_to_8": lambda d: f"{_error(d)[('4', 'maxpow2')] / _error(d)[('8', 'maxpow2')]:.0f}",
-    "maxfine_cut": lambda d: "{:.0f}-{:.0f}".format(
-        100 * (1 - max(error_ratios(d, "maxfine", "maxpow2"))),
-        100 * (1 - min(error_ratios(d, "maxfine", "maxpow2")))),
-    "qsgd_cost": lambda d: "{:.0f}-{:.0f}".format(
-        min(error_ratios(d, "qsgd", "maxpow2")), max(error_ratios(d, "qsgd", "maxpow2"))),
+    "maxfine_cut": lambda d: span(
+        f"{100 * (1 - max(error_ratios(d, 'maxfine', 'maxpow2'))):.0f}",
+        f"{100 * (1 - min(error_ratios(d, 'maxfine', 'maxpow2'))):.0f}"),
+    "qsgd_cost": lambda d: span(f"{min(error_ratios(d, 'qsgd', 'maxpow2')):.0f}",
+                                f"{max(error_ratios(d, 'qsgd', 'maxpow2')):.0f}"),
     "qaina_1job_b8": qaina_completion("b=8 unpacked", 1),
     "qaina_1job_32": qaina_completion("32-bit", 1),
     "qaina_best_b4": qaina_best("b=4 packed"),
@@ -386,7 +386,7 @@ VALUES: dict[str, Callable[[DocData], str]] = {
     "overload_kept_32": overload_kept("32"),
     "levels_gain_2": levels_gain("2"),
     "levels_gain_4": levels_gain("4"),
-    "levels_ring_bytes": lambda d: "{}-{}".format(
+    "levels_ring_bytes": lambda d: span(
         levels_gain("2", "switch_link_bytes", "ring", "in-network 1 level")(d),
         levels_gain("4", "switch_link_bytes", "ring", "in-network 1 level")(d)),
     "loss_lead_8": lambda d: f"{loss_lead(d, '8', '0'):.1f}",

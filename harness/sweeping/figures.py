@@ -39,7 +39,7 @@ from .sweeprun import CSV_FILE, SPEC_FILE
 
 #: columns that do not depend on what bound the run: never drawn hollow
 UNTIMED = {"rel_error", "register_bit_efficiency", "bytes_per_iteration", "bytes_sent",
-           "steady_bytes_per_iteration",
+           "steady_bytes_per_iteration", "switch_link_bytes",
            "slots_peak", "jobs_fit"}
 PANEL_KEYS = {"y", "ylabel", "scale", "logy", "served"}
 PLOT_KEYS = {"title", "x", "xlabel", "series", "facet", "kind", "logx", "speedup_over",
