@@ -77,6 +77,7 @@ def test_machine_cpu_spans_the_samples_around_the_window():
     got = machine_cpu(rows, 1.2, 1.8)  # samples at 1 and 2
     assert got["softirq"] == 1.0 and got["user"] == 2.0 and got["idle"] == 0.0
     assert machine_cpu(rows[:1], 0, 1) == {}
+    assert machine_cpu(rows + [dict(rows[1])], 1.2, 1.8)["softirq"] == 1.0  # a repeated time
 
 
 def test_servers_on_one_kernel_are_counted_once():

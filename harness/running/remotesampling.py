@@ -229,8 +229,9 @@ def machine_cpu(rows: list[dict], began: float, ended: float) -> dict[str, float
     """The server's CPU seconds per ``/proc/stat`` state (``STAT_FIELDS``) from
     ``began`` to ``ended``, between its samples around them as ``process_cpu``; empty
     without two samples."""
-    samples = sorted((float(r["time"]), r) for r in rows
-                     if r.get("kind") == "cpu" and r.get("softirq_s") not in (None, ""))
+    samples = sorted(((float(r["time"]), r) for r in rows
+                      if r.get("kind") == "cpu" and r.get("softirq_s") not in (None, "")),
+                     key=lambda s: s[0])
     if len(samples) < 2:
         return {}
     first = max((s for s in samples if s[0] <= began), default=samples[0], key=lambda s: s[0])
