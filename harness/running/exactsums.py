@@ -30,12 +30,12 @@ class ExactSums:
         self.path: Path | None = None
         self.copies: dict[str, str] = {}  # server -> the directory's copy there
 
-    def write(self, trace_path, workload, files: RunFiles, servers, echo=print
+    def write(self, trace: TraceSet | None, workload, files: RunFiles, servers, echo=print
               ) -> Path | None:
-        """The exact sums of the workload's workers and iterations of the trace set at
-        ``trace_path`` (None: the run trains, no file), copied to ``servers`` (names)
-        that do not share this disk."""
-        if trace_path is None:
+        """The exact sums of the workload's workers and iterations of ``trace`` (None:
+        the run trains, no file), copied to ``servers`` (names) that do not share this
+        disk."""
+        if trace is None:
             return None
         workers, iterations = workload.workers, workload.iterations
         self.directory = Path(tempfile.mkdtemp(prefix="qaina-bench-sums-"))
@@ -43,7 +43,7 @@ class ExactSums:
         self.record.save()
         began = time.monotonic()
         try:
-            self.path = TraceSet.open(trace_path).write_exact_sums(
+            self.path = trace.write_exact_sums(
                 self.directory / f"exact-w{workers}-i{iterations}.npy", workers, iterations)
         except TraceError as exc:  # a worker file that cannot be read: one line, as a disk's
             raise OSError(f"summing the exact aggregates: {exc}") from None

@@ -227,15 +227,13 @@ def merge_samples(writer, samplers: list[RemoteSampler], readings: dict | None =
 
 def machine_cpu(rows: list[dict], began: float, ended: float) -> dict[str, float]:
     """The server's CPU seconds per ``/proc/stat`` state (``STAT_FIELDS``) from
-    ``began`` to ``ended``, between its samples around them as ``process_cpu``; empty
-    without two samples."""
-    samples = sorted(((float(r["time"]), r) for r in rows
-                      if r.get("kind") == "cpu" and r.get("softirq_s") not in (None, "")),
-                     key=lambda s: s[0])
+    ``began`` to ``ended``, between its samples ``around`` them; empty without two
+    samples."""
+    samples = [(float(r["time"]), r) for r in rows
+               if r.get("kind") == "cpu" and r.get("softirq_s") not in (None, "")]
     if len(samples) < 2:
         return {}
-    first = max((s for s in samples if s[0] <= began), default=samples[0], key=lambda s: s[0])
-    last = min((s for s in samples if s[0] >= ended), default=samples[-1], key=lambda s: s[0])
+    first, last = around(samples, began, ended)
     return {k: float(last[1].get(f"{k}_s") or 0) - float(first[1].get(f"{k}_s") or 0)
             for k in STAT_FIELDS}
 
@@ -251,9 +249,17 @@ def process_cpu(rows: list[dict], began: float, ended: float) -> dict[str, tuple
                 (float(r["time"]), float(r["user_s"]), float(r["system_s"])))
     out = {}
     for name, samples in by_proc.items():
-        samples.sort()
-        first = max((s for s in samples if s[0] <= began), default=samples[0])
-        last = min((s for s in samples if s[0] >= ended), default=samples[-1])
+        first, last = around(samples, began, ended)
         out[name] = (max(0.0, last[1] - first[1]), max(0.0, last[2] - first[2]))
     return out
+
+
+def around(samples: list[tuple], began: float, ended: float) -> tuple[tuple, tuple]:
+    """Of ``samples`` (tuples, the time first), the two that span ``began`` to
+    ``ended``: the last at or before ``began`` (else the first) and the first at or
+    after ``ended`` (else the last, taken when the sampler stopped)."""
+    samples = sorted(samples, key=lambda s: s[0])
+    first = max((s for s in samples if s[0] <= began), default=samples[0], key=lambda s: s[0])
+    last = min((s for s in samples if s[0] >= ended), default=samples[-1], key=lambda s: s[0])
+    return first, last
 

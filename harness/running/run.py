@@ -313,7 +313,7 @@ class Run:
         where = {w.host: getattr(self.testbed.host(w.host), "server_key", None)
                  for job in self.jobs for w in job.workers}  # the trace set there
         traces = self.files.send_inputs(self.trace_path, set(where.values()), self.echo)
-        self.sums.write(self.trace_path, cfg.workload, self.files, set(where.values()), self.echo)
+        self.sums.write(self.trace, cfg.workload, self.files, set(where.values()), self.echo)
         for job in self.jobs:
             senders = self._senders(job)
             for w in job.workers:
