@@ -47,7 +47,8 @@ daemon_stop() {
     for _ in $(seq 100); do kill -0 "$daemon" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$daemon" 2>/dev/null || true
   fi
-  grep -o " $work/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" || true; done
+  # (no mount at all when it stopped before its first container: grep finds none)
+  { grep -o " $work/[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount -l "$m" || true; done
   rm -rf "$work"
 }
 

@@ -24,6 +24,13 @@ NAME=docker-test WORK_PREFIX=qaina-docker
 trap daemon_stop EXIT
 
 need_root_and
+# A test that fails before its first container still leaves nothing (a daemon of its
+# own, stopped at once: no mount under its roots).
+left=$(NAME=docker-test-early WORK_PREFIX=qaina-docker-early bash -c \
+  'set -euo pipefail; . docker/daemon.sh; trap daemon_stop EXIT; echo "$work"; daemon_start >/dev/null; exit 1' \
+  || true)
+[ -n "$left" ] && [ ! -e "$left" ] \
+  || { echo "$NAME: a daemon stopped before its first container left ${left:-?}" >&2; exit 1; }
 daemon_start
 base_image
 
