@@ -148,17 +148,20 @@ def _load(path) -> RunConfig:
               help="also check each server of this cluster (as `up --cluster` takes it): "
               "ssh, root, Mininet, tunnels, the same qaina-bench")
 @click.option("--target", type=click.Choice(["embedded", "bmv2"]), default="embedded",
-              help="the switch target the cluster is to run")
+              help="the switch target to check for (bmv2: BMv2 and p4c here, and on every "
+              "server of --cluster)")
 def doctor(cluster, target):
     """Check the prerequisites and say what to install."""
-    checks = check_system()
+    servers = []
     if cluster:
         from .running.cluster import Cluster
-        from .running.clustercheck import check_server
         try:
             servers = Cluster.parse(cluster).servers
         except ConfigError as exc:
             _fail(exc)
+    checks = check_system(bmv2_needed=_local_bmv2(target, servers))
+    if servers:
+        from .running.clustercheck import check_server
         checks = checks + [c for s in servers for c in check_server(s, target)]
     bad = 0
     for what, ok, fix in checks:
@@ -167,6 +170,17 @@ def doctor(cluster, target):
         click.echo(f"{mark} {what}" + ("" if ok else f": {fix}"))
         bad += 0 if ok or optional else 1
     sys.exit(1 if bad else 0)
+
+
+def _local_bmv2(target: str, servers: list) -> str | None:
+    """Why ``doctor --target bmv2`` needs BMv2 and p4c on this machine, or None."""
+    if target != "bmv2":
+        return None
+    if not servers:
+        return "--target bmv2"
+    if any(s.local for s in servers):
+        return "--target bmv2: a switch may run here, a server of the cluster"
+    return "optional: this machine is not a server of the cluster, which compiles with p4c there"
 
 
 def _election_id(ctx, param, text: str | None) -> tuple[int, int] | None:

@@ -268,8 +268,9 @@ class RunConfig(Settings):
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
-def check_system() -> list[tuple[str, bool, str]]:
-    """(what, ok, how to fix) for every prerequisite of a run."""
+def check_system(bmv2_needed: str | None = None) -> list[tuple[str, bool, str]]:
+    """(what, ok, how to fix) for every prerequisite of a run. ``bmv2_needed``: why
+    this machine needs BMv2 and p4c (required then), or None (optional)."""
     from importlib import metadata
 
     from .running.linkloss import netem_available, nft_available
@@ -316,7 +317,7 @@ def check_system() -> list[tuple[str, bool, str]]:
     checks.append(("tshark (optional: reading captures with the dissector)",
                    shutil.which("tshark") is not None, f"{apt} tshark"))
     for tool, found in toolchain().items():
-        what = f"{tool} (optional, --target bmv2)"
+        what = f"{tool} ({bmv2_needed or 'optional, --target bmv2'})"
         if found["path"]:
             what += f": {found['version'] or 'version unknown'} at {found['path']}"
         checks.append((what, found["path"] is not None,

@@ -105,6 +105,20 @@ def test_doctor_names_what_is_missing_and_how_to_install_it(tmp_path, monkeypatc
     assert any(line.startswith("--  tshark (optional") for line in lines)
 
 
+def test_doctor_target_bmv2_needs_bmv2_and_p4c_here(tmp_path, monkeypatch):
+    """``--target bmv2`` makes this machine's BMv2 and p4c required (NO, exit 1), also
+    on a cluster that lists this machine; without it they are optional."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    _, plain = run_cli("doctor")
+    assert any(line.startswith("--  p4c (optional, --target bmv2)") for line in plain.splitlines())
+    for args in (["--target", "bmv2"], ["--target", "bmv2", "--cluster", "localhost"]):
+        code, out = run_cli("doctor", *args)
+        lines = out.splitlines()
+        assert code == 1 and "Traceback" not in out
+        for tool in ("simple_switch_grpc", "p4c"):
+            assert any(line.startswith(f"NO  {tool} (--target bmv2") for line in lines), out
+
+
 def test_traces_list_and_show_the_bundled_set():
     code, out = run_cli("traces", "list")
     assert code == 0 and "digits-mlp" in out

@@ -105,6 +105,24 @@ def test_doctor_says_in_one_line_that_a_server_is_not_reachable(dead_address):
 
 
 @pytest.mark.root
+def test_doctor_target_bmv2_on_a_cluster_without_this_machine_leaves_bmv2_here_optional(
+        dead_address, monkeypatch):
+    """No switch can run here when this machine is not a server: its BMv2 and p4c are
+    optional; the server that is not reached is the one failure."""
+    tools = ("simple_switch_grpc", "p4c")  # missing here: PATH without their directories
+    monkeypatch.setenv("PATH", ":".join(d for d in os.environ["PATH"].split(":")
+                                        if not any(os.path.exists(f"{d}/{t}") for t in tools)))
+    res = CliRunner().invoke(main, ["doctor", "--target", "bmv2", "--cluster", dead_address])
+    lines = res.output.splitlines()
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert [line for line in lines if line.startswith("NO ")] == \
+        [line for line in lines if line.startswith(f"NO  {dead_address}: ssh")], res.output
+    for tool in tools:
+        assert any(line.startswith(f"--  {tool} (optional: this machine is not a server")
+                   for line in lines), res.output
+
+
+@pytest.mark.root
 def test_up_refuses_an_unreachable_server_in_one_line(dead_address, tmp_path):
     res = CliRunner().invoke(main, ["up", "--cluster", f"localhost,{dead_address}",
                                     "--results-dir", str(tmp_path)])
