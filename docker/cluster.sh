@@ -101,11 +101,20 @@ done
 say "doctor --cluster"
 "${A[@]}" .venv/bin/qaina-bench doctor --cluster localhost,qb-b,qb-c | grep -E "qb-|localhost"
 
+logins() { docker logs "$1" 2>&1 | grep -c 'Accepted publickey' || true; }
 say "a leaf-spine run, 2 jobs x 4 workers, over the three servers, 2% loss on every link"
 # (the kernel has no netem: the loss is nftables rules on every server, tunnels included)
+before=$(logins qb-c)
 flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
   --topo leafspine --jobs 2 --workers 4 --iterations 2 --record-levels --loss 2 \
   --results-dir /results --run-id cluster ${QB_CLUSTER_ARGS:-}
+# Short commands share one connection per server (harness/running/sshmux.py): qb-c
+# (the spines) takes a login for the check before the run, the shared connection, 2
+# node shells, 2 switches, 4 tunnels, the follower and the sampler (12; each short
+# command its own, there were 34).
+n=$(( $(logins qb-c) - before ))
+[ "$n" -le 14 ] || { echo "  $n ssh logins to qb-c in one run: short commands did not share a connection" >&2; exit 1; }
+echo "  $n ssh logins to qb-c in the run"
 
 say "checking: placement, exact sums, nothing left"
 "${AI[@]}" .venv/bin/python - <<'CHECK'
@@ -155,9 +164,9 @@ nothing_left() {
     links=$(docker exec "$s" ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 \
       | grep -vxE 'lo|eth0' || true)
     procs=$(docker exec "$s" ps -eo pid=,args= \
-      | grep -E 'mnexec|qaina_bench|qaina-bench|ssh .*-w|bash --norc' | grep -v grep || true)
+      | grep -E 'mnexec|qaina_bench|qaina-bench|ssh .*-w|ssh .*-M -N|bash --norc' | grep -v grep || true)
     procs=$procs$(docker exec "$s" ps -eo pid=,args= | grep simple_switch | grep -v grep || true)
-    records=$(docker exec "$s" sh -c 'ls /run/qaina-bench/*.json 2>/dev/null' || true)
+    records=$(docker exec "$s" sh -c 'ls /run/qaina-bench/*.json 2>/dev/null; ls -d /tmp/qaina-bench-* 2>/dev/null' || true)
     if [ "$s" != qb-a ]; then  # the run's directory lives on qb-a only
       records="$records$(docker exec "$s" sh -c 'ls -d /results 2>/dev/null' || true)"
     fi

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -31,6 +32,52 @@ def test_a_comma_list_and_a_yaml_file_give_the_servers(tmp_path):
     assert cluster.pins == {"sp1": "n2"}
     assert Server("n2", "admin").ssh("true")[-2:] == ["admin@n2", "true"]
     assert Server("localhost").ssh("true") == ["true"]
+
+
+def test_short_commands_go_through_the_shared_connection_long_ones_do_not(monkeypatch):
+    from qaina_bench.harness.running import sshmux
+    monkeypatch.setattr(sshmux, "_SOCKETS", {("root", "n2"): "/run/x/0"})
+    assert "ControlPath=/run/x/0" in Server("n2").ssh("true")
+    assert not any("ControlPath" in w for w in Server("n2").ssh("true", shared=False))
+    assert not any("ControlPath" in w for w in Server("n3").ssh("true"))
+
+
+@pytest.mark.root
+def test_a_master_that_does_not_come_up_leaves_commands_on_their_own_and_nothing_behind(
+        dead_address, tmp_path):
+    """No master (ssh refused): the server is named, commands connect on their own;
+    the master's ssh and its socket's directory are in the record, kept past the
+    teardown's check of what is left, until ``stop`` removes them."""
+    from qaina_bench.harness.running import sshmux
+    from qaina_bench.harness.running.cluster import SSH
+    from qaina_bench.harness.running.record import RunRecord
+    rec = RunRecord("sshmux-test", tmp_path)
+    masters = sshmux.Masters([Server(dead_address)], rec, SSH)
+    assert masters.start(timeout=0.5) == [dead_address]
+    assert sshmux.options("root", dead_address) == []
+    assert [p["what"] for p in rec.data["processes"] if p.get("last")] == \
+        [f"ssh master connection to {dead_address}"]
+    directory = masters.directory
+    assert rec.leftovers(wait=0, but_last=True) == []
+    assert rec.leftovers(wait=0) == [f"temporary directory {directory}"]
+    masters.stop()
+    assert not Path(directory).exists() and rec.leftovers(wait=0) == []
+
+
+def test_clean_removes_what_a_run_holds_to_its_end(tmp_path):
+    """After a kill -9 the record's last entries (a master's ssh, its directory) go
+    like the others."""
+    from qaina_bench.harness.running.record import RunRecord
+    rec = RunRecord("held-test", tmp_path)
+    proc = subprocess.Popen(["sleep", "60"])
+    held = tmp_path / "held"
+    held.mkdir()
+    rec.add_process(proc.pid, "ssh master connection to n2", last=True)
+    rec.add_temp_directory(held, last=True)
+    assert rec.leftovers(wait=0, but_last=True) == []
+    done = rec.remove_resources()
+    assert proc.wait(5) is not None and not held.exists(), done
+    assert any("ssh master connection to n2" in line for line in done)
 
 
 @pytest.mark.parametrize("text, says", [(",", "no servers"), ("a,b,a", "listed twice"),

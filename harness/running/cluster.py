@@ -34,6 +34,7 @@ from mininet.link import TCIntf
 from mininet.node import Host, Node
 
 from ...settings import ConfigError
+from . import sshmux
 
 LOCAL_NAMES = ("localhost", "127.0.0.1")
 SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
@@ -50,11 +51,14 @@ class Server:
     def local(self) -> bool:
         return self.name in LOCAL_NAMES
 
-    def ssh(self, *cmd: str) -> list[str]:
-        """The command line that runs ``cmd`` on this server (as is when local)."""
+    def ssh(self, *cmd: str, shared: bool = True) -> list[str]:
+        """The command line that runs ``cmd`` on this server (as is when local);
+        ``shared``: through the run's master connection there, when it has one (a
+        short command; a long-lived session passes False, ``sshmux.py``)."""
         if self.local:
             return list(cmd)
-        return SSH + [f"{self.user}@{self.name}", " ".join(_quote(c) for c in cmd)]
+        return (SSH + (sshmux.options(self.user, self.name) if shared else [])
+                + [f"{self.user}@{self.name}", " ".join(_quote(c) for c in cmd)])
 
 
 def _quote(text: str) -> str:
@@ -153,10 +157,12 @@ class ClusterNode(RemoteMixin):
     """Mininet's ``RemoteMixin`` for this project: no ``sudo`` when ssh logs in as
     root (a root run on root servers needs none, and minimal servers lack it)."""
 
-    def _popen(self, cmd, sudo=True, tt=True, **params):
+    def _popen(self, cmd, sudo=True, tt=True, shared=False, **params):
         """``RemoteMixin._popen`` without its Python ``preexec_fn`` (a fork of a process
         with gRPC threads must not run Python: a new session instead), and without
-        ``sudo`` when ssh logs in as root (root servers need none, minimal ones lack it)."""
+        ``sudo`` when ssh logs in as root (root servers need none, minimal ones lack it);
+        ``shared``: a short command, through the run's master connection to the server
+        (``sshmux.py``)."""
         if isinstance(cmd, str):
             cmd = cmd.split()
         if self.isRemote:
@@ -165,6 +171,8 @@ class ClusterNode(RemoteMixin):
                 ssh = ssh[4:]  # "sudo -E -u USER": ssh as ourselves
             if not tt:
                 ssh.remove("-tt")
+            if shared:
+                ssh[-1:-1] = sshmux.options(self.user, self.server)
             if sudo and self.user != "root":
                 cmd = ["sudo", "-E"] + cmd
             cmd = ssh + cmd
@@ -173,7 +181,7 @@ class ClusterNode(RemoteMixin):
 
     def rcmd(self, *cmd, **opts) -> str:
         """A command on this node's server, outside its namespace; its output as text."""
-        popen = self.rpopen(*cmd, **opts)
+        popen = self.rpopen(*cmd, shared=True, **opts)
         out, _ = popen.communicate()
         return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
 
@@ -186,20 +194,29 @@ class ClusterNode(RemoteMixin):
         """Start ``cmd`` in this node's namespace on its server, its output to ``log``
         (the same path there); returns (the local ssh process, remote PID, its
         start time)."""
+        popen = self.launch_begin(cmd, log, env)
+        return (popen, *self.launch_end(popen, cmd[0]))
+
+    def launch_begin(self, cmd: list[str], log: Path, env: dict | None = None):
+        """``launch``'s first half: the local ssh process, the remote one starting
+        (``launch_end`` waits for it: several can start at once)."""
         env_words = [f"{k}={v}" for k, v in (env or {}).items()]
         wrapped = [sys.executable, "-m", "qaina_bench.harness.running.remote", "launch",
                    "--log", str(log), "--"] + (["env"] + env_words if env_words else []) + cmd
         # mnexec without -d: over ssh the command leads its process group, and
         # ``mnexec -d`` would fork and return at once
-        popen = self.popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, mncmd=["mnexec", "-a", str(self.pid)])
+        return self.popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, mncmd=["mnexec", "-a", str(self.pid)])
+
+    def launch_end(self, popen, what: str) -> tuple[int, float]:
+        """The remote PID and start time of the process ``launch_begin`` started."""
         line = popen.stdout.readline().decode(errors="replace").strip()
         try:
             info = json.loads(line)
-            return popen, int(info["pid"]), float(info["started"])
+            return int(info["pid"]), float(info["started"])
         except (ValueError, KeyError, TypeError):
             popen.kill()
-            raise RuntimeError(f"starting {cmd[0]} on {self.server} ({self.name}) failed: "
+            raise RuntimeError(f"starting {what} on {self.server} ({self.name}) failed: "
                                f"{line or popen.stdout.read().decode(errors='replace')[-300:]}")
 
     def kill_remote(self, pid: int):

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 
@@ -162,8 +163,11 @@ def cluster_for(text: str | None, target: str, host_cpu: float | None = None,
     if pcap and cluster.remote:
         from .capture import find_tool
         tool = find_tool()[0]
-    for server in cluster.remote:
-        for what, ok, fix in check_server(server, target, tool):
+    with ThreadPoolExecutor(max(1, len(cluster.remote))) as pool:  # every server at once
+        checked = list(pool.map(lambda server: check_server(server, target, tool),
+                                cluster.remote))
+    for server, checks in zip(cluster.remote, checked):
+        for what, ok, fix in checks:
             if not ok and "(optional" not in what:
                 raise ConfigError(f"--cluster: {server.name}: {fix}")
         problem = cpu_limit_problem(server) if host_cpu else None

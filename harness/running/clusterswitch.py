@@ -28,6 +28,7 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
 
     remote_pid: int | None = None
     p4rt_guard: RemoteP4RuntimeGuard | None = None
+    guards: list = []
 
     def start(self, controllers):
         if not self.isRemote:
@@ -53,7 +54,7 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
         try:
             for guard in guards:
                 guard.close_port()
-            popen, pid, started = self.launch(self.target.command(), self.target.log_path)
+            popen = self.launch_begin(self.target.command(), self.target.log_path)
         except BaseException as exc:
             for guard in guards:
                 guard.remove()
@@ -61,11 +62,32 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
                 raise TargetError(f"{self.name}: {exc}") from None
             raise
         self.target.proc = popen  # the ssh session: it ends when the switch does
-        self.remote_pid = pid
+        self.guards = guards
         if self.record is not None:
             self.record.add_process(popen.pid, f"ssh to switch {self.name} on {self.server}")
-            self.record.add_remote_process(self.server, self.user, pid, started,
-                                           f"switch {self.name}")
+
+    @classmethod
+    def batchStartup(cls, switches):
+        """After Mininet started every switch: the remote ones' PIDs, read once all of
+        them are starting (each started at once); the first failure raised then."""
+        failed = []
+        for sw in switches:
+            if not sw.isRemote or sw.target is None or sw.remote_pid is not None:
+                continue
+            try:
+                pid, started = sw.launch_end(sw.target.proc, f"switch {sw.name}")
+            except RuntimeError as exc:
+                for guard in sw.guards:
+                    guard.remove()
+                failed.append(exc)
+                continue
+            sw.remote_pid = pid
+            if sw.record is not None:
+                sw.record.add_remote_process(sw.server, sw.user, pid, started,
+                                             f"switch {sw.name}")
+        if failed:
+            raise failed[0]
+        return switches
 
     def _p4runtime_guard(self, port: int) -> RemoteP4RuntimeGuard:
         """The guard of the switch's P4Runtime port on its server (not made yet),
@@ -106,6 +128,11 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
             self.record.add_remote_nft_table(self.server, self.user, guard.family,
                                              guard.table)
         self.record.save()
+
+    def stop_soon(self):
+        if self.remote_pid is None:
+            return QainaSwitch.stop_soon(self)
+        self.rcmd(f"kill {self.remote_pid} 2>/dev/null; true")
 
     def stop(self, deleteIntfs=True):
         if self.remote_pid is not None:

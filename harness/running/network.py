@@ -30,6 +30,7 @@ from mininet.node import Host, Switch
 from ...p4 import program
 from ...p4.header import FALLBACK_WORKER, QAINA_WORDS
 from ..switches.control import SwitchConnection
+from .clusternet import ClusterParts
 from .cpulimit import LimitedHost, cgroup_dirs
 from .linkloss import apply_loss, remove_table
 from ..switches.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, free_copies,
@@ -97,6 +98,12 @@ class QainaSwitch(Switch):
             self.target.stop()
         Switch.stop(self, deleteIntfs)
 
+    def stop_soon(self):
+        """Ask the switch to stop (SIGTERM) without waiting: ``stop`` then waits for
+        it (a testbed's switches wind down at once, not one after another)."""
+        if self.target is not None:
+            self.target.terminate()
+
 
 class MininetLog:
     """Mininet's own messages go to ``path`` while a testbed is up, not to the terminal
@@ -129,7 +136,7 @@ class MininetLog:
             h.setLevel(level)
 
 
-class Testbed:
+class Testbed(ClusterParts):
     """A running topology whose switches are programmed over P4Runtime."""
 
     def __init__(self, topo, target: str, log_dir: Path, record: RunRecord,
@@ -157,17 +164,7 @@ class Testbed:
         self.mininet_log: MininetLog | None = None
         self.remote_procs: list[tuple] = []  # (node, PID) started on other servers
         self.remote_pids: dict[int, tuple] = {}  # their ssh session's PID -> (server, PID)
-
-    # -- link loss on other servers ------------------------------------------------------
-    def _loss_servers(self) -> list:
-        """The other servers of the cluster: each gets the loss table for its ends."""
-        return list(self.cluster.remote) if self.cluster is not None else []
-
-    def _remove_remote_loss(self):
-        from .cluster import remote_resources
-        entry = {"nft_tables": [{"family": "netdev", "name": self.loss_table}]}
-        for server in self._loss_servers():
-            remote_resources(server, "remove", entry)
+        self._starting: list[tuple] = []  # (node, ssh session, what): PID not read yet
 
     # -- bring-up ----------------------------------------------------------------------
     def start(self, ready_timeout: float = 30.0):
@@ -218,27 +215,6 @@ class Testbed:
         self._connect(ready_timeout)
         self._install_routes()
         self._install_source_guards()
-
-    def _cluster_net(self):
-        """Mininet's cluster edition over ``self.cluster``'s servers, placed by
-        ``LeafPlacer`` (each leaf with its hosts, the spines on the last server)."""
-        from mininet.examples.cluster import MininetCluster
-        from .cluster import ClusterHost, LeafPlacer, RemoteTCLink
-        from .clusterswitch import ClusterSwitch
-        user = self.cluster.servers[0].user
-        switch = partial(ClusterSwitch, target=self.target, log_dir=self.log_dir,
-                         record=self.record, log_packets=self.log_packets, words=self.words,
-                         user=user)
-        placer = type("Placer", (LeafPlacer,), {"cluster": self.cluster})
-        host = partial(ClusterHost, user=user)
-        if self.host_cpu:  # each host limited on its server
-            from .clustercpu import ClusterLimitedHost
-            host = partial(ClusterLimitedHost, user=user, cores=self.host_cpu,
-                           record=self.record)
-        return MininetCluster(topo=self.topo, switch=switch, host=host,
-                              link=RemoteTCLink, controller=None, build=False,
-                              autoSetMacs=False, servers=self.cluster.names(), user=user,
-                              placement=placer, precheck=False)
 
     def _record_nodes(self):
         """Every node's shell and both ends of every link, on the server each is on
@@ -496,10 +472,11 @@ class Testbed:
                       self.next_hops(host)[aggregator], host)
 
     def start_process(self, host: str, cmd: list[str], out, log: Path, env: dict,
-                      what: str):
+                      what: str, wait: bool = True):
         """Start ``cmd`` on Mininet host ``host`` (its output to ``out``, the open
         ``log``) and record it; on another server of a cluster through ``remote
-        launch``, recorded there by its PID and stopped by ``stop``."""
+        launch``, recorded there by its PID (``wait``: now; else by ``started``, so
+        that several start at once) and stopped by ``stop``."""
         node = self.net.get(host)
         server = getattr(node, "server_key", None)
         if server is None:
@@ -507,11 +484,11 @@ class Testbed:
             self.record.add_process(popen.pid, what)
             return popen
         from .cluster import agent_environment
-        popen, pid, started = node.launch(cmd, log, agent_environment())
-        self.remote_procs.append((node, pid))
-        self.remote_pids[popen.pid] = (server, pid)
+        popen = node.launch_begin(cmd, log, agent_environment())
         self.record.add_process(popen.pid, f"ssh to {what}")
-        self.record.add_remote_process(server, node.user, pid, started, what)
+        self._starting.append((node, popen, what))
+        if wait:
+            self.started()
         return popen
 
     def switch_program(self) -> dict:
@@ -546,11 +523,17 @@ class Testbed:
             except Exception:  # the switch may already be gone
                 pass
         self.conns.clear()
+        try:  # remote processes whose PID was not read yet (the run stopped between)
+            self.started()
+        except RuntimeError:
+            pass
         for node, pid in self.remote_procs:  # agents that outlived their ssh session
             node.kill_remote(pid)
         self.remote_procs.clear()
         problem = None
         if self.net is not None:
+            for sw in self.net.switches:
+                sw.stop_soon()
             try:
                 self.net.stop()
             except Exception as exc:
@@ -566,7 +549,7 @@ class Testbed:
         if self.mininet_log is not None:
             self.mininet_log.close()
             self.mininet_log = None
-        left = self.record.leftovers()
+        left = self.record.leftovers(but_last=True)  # the run's ssh masters end after it
         if left:
             raise RuntimeError(f"teardown left {', '.join(left)}"
                                + (f" ({problem!r})" if problem else ""))

@@ -59,10 +59,13 @@ class RunRecord:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def add_process(self, pid: int | None, what: str):
+    def add_process(self, pid: int | None, what: str, last: bool = False):
+        """``last``: the run holds it to its very end, after the check of what its
+        teardown left (``leftovers(but_last=True)``)."""
         if pid is None:
             return
-        self.data["processes"].append({"pid": pid, "what": what, "started": _start_time(pid)})
+        entry = {"pid": pid, "what": what, "started": _start_time(pid)}
+        self.data["processes"].append({**entry, "last": True} if last else entry)
         self.save()
 
     def add_port(self, port: int, what: str):
@@ -139,11 +142,14 @@ class RunRecord:
         if name not in self.data["interfaces"]:
             self.data["interfaces"].append(name)
 
-    def add_temp_directory(self, path: Path | str):
-        """A temporary directory the run made (removed with everything in it)."""
+    def add_temp_directory(self, path: Path | str, last: bool = False):
+        """A temporary directory the run made (removed with everything in it);
+        ``last`` as for ``add_process``."""
         listed = self.data.setdefault("temp_directories", [])
         if str(path) not in listed:
             listed.append(str(path))
+        if last:
+            self.data.setdefault("held_to_the_end", []).append(str(path))
 
     def add_nft_table(self, family: str, name: str):
         """An nftables table the run adds (listed before it is made)."""
@@ -206,17 +212,20 @@ class RunRecord:
                 done.append(f"deleted temporary directory {path}")
         return done + self._on_servers("remove")
 
-    def leftovers(self, wait: float = 2.0) -> list[str]:
+    def leftovers(self, wait: float = 2.0, but_last: bool = False) -> list[str]:
         """What the record lists that still exists (after up to ``wait`` seconds for
-        the kernel to finish removing namespaces)."""
+        the kernel to finish removing namespaces); ``but_last``: not what the run
+        holds to its very end (``add_process(last=True)``)."""
         deadline = time.monotonic() + wait
+        held = set(self.data.get("held_to_the_end", [])) if but_last else set()
         while True:
             left = [f"process {p['what']} ({p['pid']})" for p in self.data["processes"]
-                    if _same_process(p["pid"], p.get("started"))]
+                    if not (but_last and p.get("last"))
+                    and _same_process(p["pid"], p.get("started"))]
             left += [f"interface {n}" for n in self.data["interfaces"] if _interface_exists(n)]
             left += [f"cgroup {c}" for c in self.data.get("cgroups", []) if Path(c).is_dir()]
             left += [f"temporary directory {d}" for d in self.data.get("temp_directories", [])
-                     if Path(d).is_dir()]
+                     if d not in held and Path(d).is_dir()]
             left += [f"nftables table {t['family']} {t['name']}" for t in self.nft_tables()
                      if table_exists(t["family"], t["name"])]
             if not left or time.monotonic() > deadline:

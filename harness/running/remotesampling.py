@@ -123,7 +123,8 @@ class RemoteSampler:
             args += ["--process", f"{name}={pid}"]
         return self.server.ssh(sys.executable, "-m", "qaina_bench.harness.running.remote",
                                "launch", "--log", str(self.log), "--", sys.executable, "-m",
-                               "qaina_bench.harness.running.remotesample", *args)
+                               "qaina_bench.harness.running.remotesample", *args,
+                               shared=False)  # for the whole run: a connection of its own
 
     def start(self):
         """Measure the server's clock offset, then start sampling there; OSError (one

@@ -37,6 +37,8 @@ from ..switches.jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
 from .mncli import RunCLI
 from .clustercheck import cluster_for, local_bmv2_check
+from .cluster import SSH
+from .sshmux import Masters
 from .network import Testbed, check_names_free
 from .record import RunRecord, live_records, stale_records
 from .rundir import RunFiles
@@ -155,6 +157,7 @@ class Run:
         self.record = RunRecord(cfg.output.run_id)
         self.files = RunFiles(self.cluster, self.writer.dir, self.record, self.writer.log_dir)
         self.sums = ExactSums(self.record)  # a replayed trace's exact sums, once per run
+        self.masters = Masters(self.cluster.remote if self.cluster else [], self.record, SSH)
         self.testbed: Testbed | None = None
         self.agents: list[AgentProcess] = []
         self.mode = mode_of(cfg)  # the collective mode's data (hosts/collective.py)
@@ -182,6 +185,9 @@ class Run:
         self.writer.write_config(cfg.to_yaml())
         try:
             self.record.save()
+            for server in self.masters.start():
+                self.echo(f"  {server}: no shared ssh connection; every command connects "
+                          "on its own")
             self.files.open()
             self._bring_up()
             if self.cli == "before":
@@ -342,8 +348,10 @@ class Run:
                 argv, env, log = self._agent_command(job, w, name, path)
                 with deferred_signals(), open(log, "wb") as out:
                     popen = self.testbed.start_process(host, argv, out, log, env,
-                                                       f"agent {name} on {host}")
+                                                       f"agent {name} on {host}", wait=False)
                     self.agents.append(AgentProcess(job.job_id, w.index, host, acfg, popen, log))
+        with deferred_signals():
+            self.testbed.started()  # the remote ones, started at once
         self._await_agents()
         for p in self._processes():
             self.ledger.watch(p["name"], p["component"], p["pid"], p["job"])
@@ -578,8 +586,10 @@ class Run:
                 self.writer.note_error(f"teardown: {exc}")
                 self.echo(f"teardown: {exc}; `qaina-bench clean` removes what is left")
                 self._gather()
+                self.masters.stop()
                 return
         self._gather()
+        self.masters.stop()  # last: what is left on the servers was checked through them
         self.record.close()
 
     def _gather(self):

@@ -112,6 +112,15 @@ class SwitchProcess:
         raise TargetError(f"{self.name} ({self.kind}) did not answer P4Runtime on "
                           f"{self.grpc_addr} within {timeout:.0f} s; see {self.log_path}")
 
+    def terminate(self):
+        """SIGTERM to the process this object started (its session only), no wait."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
     def stop(self, timeout: float = 5.0):
         """Stop the process this object started (its session only), then reap it."""
         proc = self.proc
