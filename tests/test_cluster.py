@@ -53,7 +53,7 @@ def test_a_master_that_does_not_come_up_leaves_commands_on_their_own_and_nothing
     from qaina_bench.harness.running.record import RunRecord
     rec = RunRecord("sshmux-test", tmp_path)
     masters = sshmux.Masters([Server(dead_address)], rec, SSH)
-    assert masters.start(timeout=0.5) == [dead_address]
+    assert masters.start(timeout=0.5) == [f"{dead_address} (no answer)"]
     assert sshmux.options("root", dead_address) == []
     assert [p["what"] for p in rec.data["processes"] if p.get("last")] == \
         [f"ssh master connection to {dead_address}"]

@@ -186,8 +186,8 @@ class Run:
         try:
             self.record.save()
             for server in self.masters.start():
-                self.echo(f"  {server}: no shared ssh connection; every command connects "
-                          "on its own")
+                self.echo(f"  {server}: no shared ssh connection there, every command "
+                          "connects on its own")
             self.files.open()
             self._bring_up()
             if self.cli == "before":

@@ -10,8 +10,9 @@ the ssh options that send a short command through it.
 
 Long-lived sessions (node shells, switches, agents, tunnels, followers, samplers)
 keep connections of their own: sshd takes 10 sessions per connection by default
-(``MaxSessions``). A command whose master is gone (or never came up) connects on
-its own, as without sharing.
+(``MaxSessions``), and a server whose sshd takes fewer than ``MIN_SESSIONS`` gets no
+shared connection (short commands of several threads may overlap). A command whose
+master is gone (or never came up) connects on its own, as without sharing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import time
 
 #: (user, server) -> the control socket of that server's master connection
 _SOCKETS: dict[tuple[str, str], str] = {}
+#: the fewest sessions per connection a server's sshd must take for a shared one
+MIN_SESSIONS = 4
 
 
 def options(user: str, server: str) -> list[str]:
@@ -45,8 +48,9 @@ class Masters:
         self.procs: list[tuple[tuple[str, str], subprocess.Popen]] = []
 
     def start(self, timeout: float = 15.0) -> list[str]:
-        """Connect to every server; returns the ones no master came up for (their
-        commands connect on their own)."""
+        """Connect to every server; returns the ones no master came up for, or whose
+        sshd takes too few sessions, each with why (their commands connect on their
+        own)."""
         if not self.servers:
             return []
         self.directory = tempfile.mkdtemp(prefix="qaina-bench-ssh-")
@@ -75,7 +79,27 @@ class Masters:
                 elif popen.poll() is not None:
                     waiting.remove(item)
             time.sleep(0.02)
-        return [key[1] for key, _ in self.procs if key not in _SOCKETS]
+        unshared = [f"{key[1]} (no answer)" for key, _ in self.procs if key not in _SOCKETS]
+        for server in self.servers:
+            sessions = self._max_sessions(server)
+            if sessions is not None and sessions < MIN_SESSIONS:
+                _SOCKETS.pop((server.user, server.name))
+                unshared.append(f"{server.name} (its sshd takes {sessions} sessions per "
+                                "connection: MaxSessions)")
+        return unshared
+
+    def _max_sessions(self, server) -> int | None:
+        """The server's sshd's MaxSessions, asked through its master (None: no master,
+        or it did not say)."""
+        if (server.user, server.name) not in _SOCKETS:
+            return None
+        try:
+            res = subprocess.run(self.ssh + options(server.user, server.name) + [
+                f"{server.user}@{server.name}", "sshd -T 2>/dev/null | sed -n "
+                "'s/^maxsessions //p'"], capture_output=True, text=True, timeout=10)
+            return int(res.stdout.split()[0])
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+            return None
 
     def stop(self):
         """Every master closed (the sessions through it end with it) and its socket's
