@@ -34,12 +34,6 @@ def test_a_comma_list_and_a_yaml_file_give_the_servers(tmp_path):
     assert Server("localhost").ssh("true") == ["true"]
 
 
-def test_short_commands_go_through_the_shared_connection_long_ones_do_not(monkeypatch):
-    from qaina_bench.harness.running import sshmux
-    monkeypatch.setattr(sshmux, "_SOCKETS", {("root", "n2"): "/run/x/0"})
-    assert "ControlPath=/run/x/0" in Server("n2").ssh("true")
-    assert not any("ControlPath" in w for w in Server("n2").ssh("true", shared=False))
-    assert not any("ControlPath" in w for w in Server("n3").ssh("true"))
 
 
 @pytest.mark.root

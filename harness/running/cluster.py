@@ -51,13 +51,13 @@ class Server:
     def local(self) -> bool:
         return self.name in LOCAL_NAMES
 
-    def ssh(self, *cmd: str, shared: bool = True) -> list[str]:
-        """The command line that runs ``cmd`` on this server (as is when local);
-        ``shared``: through the run's master connection there, when it has one (a
-        short command; a long-lived session passes False, ``sshmux.py``)."""
+    def ssh(self, *cmd: str, lasting: bool = False) -> list[str]:
+        """The command line that runs ``cmd`` on this server (as is when local),
+        through the run's shared connections there when it has them (``sshmux.py``;
+        ``lasting``: a session that stays open, not a short command)."""
         if self.local:
             return list(cmd)
-        return (SSH + (sshmux.options(self.user, self.name) if shared else [])
+        return (SSH + sshmux.options(self.user, self.name, lasting)
                 + [f"{self.user}@{self.name}", " ".join(_quote(c) for c in cmd)])
 
 
@@ -157,12 +157,12 @@ class ClusterNode(RemoteMixin):
     """Mininet's ``RemoteMixin`` for this project: no ``sudo`` when ssh logs in as
     root (a root run on root servers needs none, and minimal servers lack it)."""
 
-    def _popen(self, cmd, sudo=True, tt=True, shared=False, **params):
+    def _popen(self, cmd, sudo=True, tt=True, short=False, **params):
         """``RemoteMixin._popen`` without its Python ``preexec_fn`` (a fork of a process
         with gRPC threads must not run Python: a new session instead), and without
         ``sudo`` when ssh logs in as root (root servers need none, minimal ones lack it);
-        ``shared``: a short command, through the run's master connection to the server
-        (``sshmux.py``)."""
+        through the run's shared connections to the server (``sshmux.py``; ``short``:
+        a short command, not a lasting session)."""
         if isinstance(cmd, str):
             cmd = cmd.split()
         if self.isRemote:
@@ -171,8 +171,7 @@ class ClusterNode(RemoteMixin):
                 ssh = ssh[4:]  # "sudo -E -u USER": ssh as ourselves
             if not tt:
                 ssh.remove("-tt")
-            if shared:
-                ssh[-1:-1] = sshmux.options(self.user, self.server)
+            ssh[-1:-1] = sshmux.options(self.user, self.server, lasting=not short)
             if sudo and self.user != "root":
                 cmd = ["sudo", "-E"] + cmd
             cmd = ssh + cmd
@@ -181,7 +180,7 @@ class ClusterNode(RemoteMixin):
 
     def rcmd(self, *cmd, **opts) -> str:
         """A command on this node's server, outside its namespace; its output as text."""
-        popen = self.rpopen(*cmd, shared=True, **opts)
+        popen = self.rpopen(*cmd, short=True, **opts)
         out, _ = popen.communicate()
         return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
 

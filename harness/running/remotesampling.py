@@ -124,7 +124,7 @@ class RemoteSampler:
         return self.server.ssh(sys.executable, "-m", "qaina_bench.harness.running.remote",
                                "launch", "--log", str(self.log), "--", sys.executable, "-m",
                                "qaina_bench.harness.running.remotesample", *args,
-                               shared=False)  # for the whole run: a connection of its own
+                               lasting=True)
 
     def start(self):
         """Measure the server's clock offset, then start sampling there; OSError (one

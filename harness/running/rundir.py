@@ -63,7 +63,7 @@ class RemoteDirectory:
                                              str(self.directory), str(self.directory))
         err = open(self.log, "ab") if self.log else subprocess.DEVNULL
         cmd = self.server.ssh(sys.executable, "-m", "qaina_bench.harness.running.remote",
-                              "follow", str(self.directory), shared=False)  # the whole run
+                              "follow", str(self.directory), lasting=True)
         self.popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=err, start_new_session=True)
         if self.log:
