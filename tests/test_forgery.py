@@ -163,7 +163,7 @@ def test_forged_aggregates_are_dropped_by_the_switch(tmp_path, target):
     assert any("spoofed_source" in w for w in summary["validity"]["warnings"])
 
 
-def test_leafspine_ports_admit_the_sources_their_routes_bring(tmp_path):
+def test_leafspine_ports_admit_the_sources_their_routes_bring(tmp_path, monkeypatch):
     """On a leaf-spine (h1, h3 on lf1; h2, h4 on lf2; sp1 aggregates), every switch port
     is guarded: a host port admits its host, a spine's port towards a leaf the hosts
     below that leaf, a leaf's uplinks the hosts below the other leaf between them,
@@ -172,11 +172,19 @@ def test_leafspine_ports_admit_the_sources_their_routes_bring(tmp_path):
     from qaina_bench.harness.running.network import Testbed
     from qaina_bench.harness.running.record import RunRecord
     from qaina_bench.topologies.leafspine import LeafSpineTopo
+    from qaina_bench.harness.running import network
+    monkeypatch.setattr(network, "ARP_LINE", 80)  # the static ARP entries in 3 lines
     bed = Testbed(LeafSpineTopo(hosts=4, spines=2, leaves=2), "embedded", tmp_path,
                   RunRecord("srcval-leafspine", tmp_path))
     try:
         bed.start()
         hosts = ["h1", "h2", "h3", "h4"]
+        for h in hosts:  # every host knows every other host's and aggregator's MAC
+            table = {(w[0], w[w.index("lladdr") + 1]) for w in
+                     (line.split() for line in bed.host(h).cmd("ip neigh show").splitlines())
+                     if "PERMANENT" in w and "lladdr" in w}
+            assert table == {(bed.host(o).IP(), bed.host(o).MAC()) for o in hosts if o != h} | {
+                (aggregator_ip(d), aggregator_mac(d)) for d in bed.device_ids.values()}, h
         job = Job(1, 0, LaneFormat(4, 4), 0, 8,
                   [bed.worker(k, h, "sp1") for k, h in enumerate(hosts)])
         bed.program_aggregators(["sp1"])

@@ -251,8 +251,11 @@ class RemoteTCLink(RemoteLink):
             if out.strip():
                 raise ClusterError(f"{node.server}: cannot make a tap device for "
                                    f"{intfname1}: {out.strip()[-200:]}")
-        cmd = ["ssh", "-n", "-o", "BatchMode=yes", "-o", "Tunnel=Ethernet", "-w", "9:9",
-               f"{node2.user}@{node2.serverIP}", "echo @"]
+        # a connection of its own: a tunnel is not forwarded through a shared one
+        # (ControlPath=none also overrides an ~/.ssh/config that shares connections)
+        cmd = ["ssh", "-n", "-o", "BatchMode=yes", "-o", "ControlPath=none",
+               "-o", "Tunnel=Ethernet", "-w", "9:9", f"{node2.user}@{node2.serverIP}",
+               "echo @"]
         self.cmd = cmd
         tunnel = node1.rpopen(cmd, sudo=False)
         first = tunnel.stdout.read(1).decode(errors="replace")

@@ -29,6 +29,7 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
     remote_pid: int | None = None
     p4rt_guard: RemoteP4RuntimeGuard | None = None
     guards: list = []
+    launching = False
 
     def start(self, controllers):
         if not self.isRemote:
@@ -63,6 +64,7 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
             raise
         self.target.proc = popen  # the ssh session: it ends when the switch does
         self.guards = guards
+        self.launching = True  # its PID there not read yet (``batchStartup``)
         if self.record is not None:
             self.record.add_process(popen.pid, f"ssh to switch {self.name} on {self.server}")
 
@@ -72,22 +74,25 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
         them are starting (each started at once); the first failure raised then."""
         failed = []
         for sw in switches:
-            if not sw.isRemote or sw.target is None or sw.remote_pid is not None:
-                continue
-            try:
-                pid, started = sw.launch_end(sw.target.proc, f"switch {sw.name}")
-            except RuntimeError as exc:
-                for guard in sw.guards:
-                    guard.remove()
-                failed.append(exc)
-                continue
-            sw.remote_pid = pid
-            if sw.record is not None:
-                sw.record.add_remote_process(sw.server, sw.user, pid, started,
-                                             f"switch {sw.name}")
+            if sw.launching:
+                try:
+                    sw.launched()
+                except RuntimeError as exc:
+                    for guard in sw.guards:
+                        guard.remove()
+                    failed.append(exc)
         if failed:
             raise failed[0]
         return switches
+
+    def launched(self):
+        """Read the remote switch's PID (``start`` started it) and record it there."""
+        self.launching = False
+        pid, started = self.launch_end(self.target.proc, f"switch {self.name}")
+        self.remote_pid = pid
+        if self.record is not None:
+            self.record.add_remote_process(self.server, self.user, pid, started,
+                                           f"switch {self.name}")
 
     def _p4runtime_guard(self, port: int) -> RemoteP4RuntimeGuard:
         """The guard of the switch's P4Runtime port on its server (not made yet),
@@ -130,11 +135,17 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
         self.record.save()
 
     def stop_soon(self):
-        if self.remote_pid is None:
+        if not self.isRemote:
             return QainaSwitch.stop_soon(self)
-        self.rcmd(f"kill {self.remote_pid} 2>/dev/null; true")
+        if self.remote_pid is not None:  # (one still launching: ``stop`` reads its PID)
+            self.rcmd(f"kill {self.remote_pid} 2>/dev/null; true")
 
     def stop(self, deleteIntfs=True):
+        if self.launching:  # stopped before Mininet read the PID (another switch failed)
+            try:
+                self.launched()
+            except RuntimeError:
+                pass
         if self.remote_pid is not None:
             self.kill_remote(self.remote_pid)
             self.remote_pid = None

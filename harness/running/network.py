@@ -136,6 +136,10 @@ class MininetLog:
             h.setLevel(level)
 
 
+#: characters of ``arp -s`` commands per shell line (well inside a terminal's 4 KiB)
+ARP_LINE = 1500
+
+
 class Testbed(ClusterParts):
     """A running topology whose switches are programmed over P4Runtime."""
 
@@ -208,13 +212,29 @@ class Testbed(ClusterParts):
             for link in self.net.links:
                 for intf in (link.intf1, link.intf2):
                     apply_loss(intf.node, intf.name, self.nft_loss, self.loss_table)
-        self.net.staticArp()
-        for sw in self.net.switches:
-            for h in self.net.hosts:
-                h.setARP(aggregator_ip(sw.device_id), aggregator_mac(sw.device_id))
+        self._static_arp()
         self._connect(ready_timeout)
         self._install_routes()
         self._install_source_guards()
+
+    def _static_arp(self):
+        """Every host knows every other host's and every aggregator's MAC (Mininet's
+        ``staticArp``, and the switches' addresses): a few shell lines per host, not
+        one per entry (n² lines, seconds at 32 hosts)."""
+        entries = [(h.IP(), h.MAC()) for h in self.net.hosts] + [
+            (aggregator_ip(sw.device_id), aggregator_mac(sw.device_id))
+            for sw in self.net.switches]
+        for h in self.net.hosts:
+            line = ""
+            for ip, mac in entries:
+                if ip == h.IP():
+                    continue
+                line += f"arp -s {ip} {mac}; "
+                if len(line) > ARP_LINE:
+                    h.cmd(line)
+                    line = ""
+            if line:
+                h.cmd(line)
 
     def _record_nodes(self):
         """Every node's shell and both ends of every link, on the server each is on
