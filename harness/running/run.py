@@ -16,7 +16,6 @@ import signal
 import sys
 import time
 from dataclasses import asdict
-from datetime import datetime
 from pathlib import Path
 
 from ...hosts import kernels
@@ -24,7 +23,6 @@ from ...hosts.agent import AgentConfig
 from ...hosts.fallback import FallbackConfig
 from ...hosts.lanes import LaneFormat
 from ..modes import mode_of
-from ...p4.header import QAINA_WORDS
 from ...hosts.traces import find_trace
 from ..results.resultset import ResultWriter
 from ...topologies import LinkParams
@@ -44,7 +42,7 @@ from .record import RunRecord, live_records, stale_records
 from .rundir import RunFiles
 from .exactsums import ExactSums
 from .remotesampling import remote_samplers
-from .runmeta import write_results
+from .runmeta import new_run_id, write_results
 from .sampling import Sampler
 from ..trainscript import ScriptLauncher
 from .processes import (AgentProcess, _terminate, agent_env, deferred_signals,
@@ -53,35 +51,6 @@ from .processes import (AgentProcess, _terminate, agent_env, deferred_signals,
 
 class RunError(RuntimeError):
     """The run could not be carried out; the message names the part that failed."""
-
-
-def new_run_id(cfg: RunConfig) -> str:
-    """Time and what was run: topology, mode, jobs x workers, bits, compression,
-    trace and link settings, e.g. ``20261130-101500-leafspine-ina-j2w4b4-digits-mlp-bw1``."""
-    net, work, comp, tr = cfg.network, cfg.workload, cfg.compression, cfg.training
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    parts = [stamp, cfg.topology().short(), work.mode,
-             f"j{work.jobs}w{work.workers}b{'-'.join(str(b) for b in work.bits)}"]
-    if not comp.pack:
-        parts.append("unpacked")
-    if net.payload_words != QAINA_WORDS:
-        parts.append(f"pw{net.payload_words}")
-    if comp.quantizer != "maxpow2":
-        parts.append(comp.quantizer)
-    if comp.error_feedback:
-        parts.append("ef")
-    if comp.compress != "none":
-        parts.append(comp.compress)
-    parts.append(f"train-{tr.model}" if tr.train else
-                 f"script-{Path(tr.train_script).stem}" if tr.train_script else tr.trace)
-    for name, value in (("bw", net.bw), ("delay", net.delay), ("loss", net.loss),
-                        ("cpu", net.host_cpu)):
-        if value:
-            parts.append(f"{name}{value:g}" if isinstance(value, float) else f"{name}{value}")
-    if net.target != "embedded":
-        parts.append(net.target)
-    name = "-".join(parts)
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:100]
 
 
 def build_topology(cfg: RunConfig, netem: bool = True):
@@ -320,6 +289,7 @@ class Run:
                  for job in self.jobs for w in job.workers}  # the trace set there
         traces = self.files.send_inputs(self.trace_path, set(where.values()), self.echo)
         self.sums.write(self.trace, cfg.workload, self.files, set(where.values()), self.echo)
+        configured = []
         for job in self.jobs:
             senders = self._senders(job)
             for w in job.workers:
@@ -344,12 +314,15 @@ class Run:
                 path = self.writer.dir / "agents" / f"{name}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 acfg.save(path)
-                self.files.send(path)
-                argv, env, log = self._agent_command(job, w, name, path)
-                with deferred_signals(), open(log, "wb") as out:
-                    popen = self.testbed.start_process(host, argv, out, log, env,
-                                                       f"agent {name} on {host}", wait=False)
-                    self.agents.append(AgentProcess(job.job_id, w.index, host, acfg, popen, log))
+                self.files.send(path, wait=False)  # every configuration on its way at once
+                configured.append((job, w, name, path, acfg))
+        self.files.settle()
+        for job, w, name, path, acfg in configured:
+            argv, env, log = self._agent_command(job, w, name, path)
+            with deferred_signals(), open(log, "wb") as out:
+                popen = self.testbed.start_process(w.host, argv, out, log, env,
+                                                   f"agent {name} on {w.host}", wait=False)
+                self.agents.append(AgentProcess(job.job_id, w.index, w.host, acfg, popen, log))
         with deferred_signals():
             self.testbed.started()  # the remote ones, started at once
         self._await_agents()

@@ -52,6 +52,7 @@ class RemoteDirectory:
         self.made: str | None = None
         self.popen: subprocess.Popen | None = None
         self._acks: dict[int, threading.Event] = {}
+        self._unsettled: list[tuple[int, threading.Event, str]] = []  # put, not waited
         self._next = 0
         self._lock = threading.Lock()
         self._reader: threading.Thread | None = None
@@ -121,23 +122,36 @@ class RemoteDirectory:
             f.seek(at)
             f.write(data)
 
-    def put(self, relative: str, text: str):
+    def put(self, relative: str, text: str, wait: bool = True):
         """Write ``text`` as the run directory's file ``relative`` there (whole), and
-        wait until it is in place."""
+        wait until it is in place (``wait=False``: ``settle`` waits, for several)."""
         with self._lock:
             self._next += 1
             ident, event = self._next, threading.Event()
             self._acks[ident] = event
+            self._unsettled.append((ident, event, relative))
             line = json.dumps({"id": ident, "file": relative, "data": text}) + "\n"
             try:
                 self.popen.stdin.write(line.encode())
                 self.popen.stdin.flush()
             except (OSError, ValueError):
                 event.set()
-        if not event.wait(PUT_TIMEOUT) or ident in self._acks or self.popen.poll() is not None:
-            self._acks.pop(ident, None)
-            raise OSError(f"{self.server.name}: writing {relative} into the run's directory "
-                          "there failed (its ssh session ended)")
+        if wait:
+            self.settle()
+
+    def settle(self):
+        """Wait until every file ``put`` sent is in place there; OSError (one line) for
+        the first that is not."""
+        with self._lock:
+            unsettled, self._unsettled = self._unsettled, []
+        deadline = time.monotonic() + PUT_TIMEOUT
+        for ident, event, relative in unsettled:
+            if not event.wait(max(0.0, deadline - time.monotonic())) or ident in self._acks \
+                    or self.popen.poll() is not None:
+                for other, _, _ in unsettled:
+                    self._acks.pop(other, None)
+                raise OSError(f"{self.server.name}: writing {relative} into the run's "
+                              "directory there failed (its ssh session ended)")
 
     def close(self):
         """End the session (its reader has written all it was sent)."""
@@ -255,21 +269,29 @@ class RunFiles:
             self.remote.append(remote)
             remote.open()
 
-    def write(self, path: Path, text: str = ""):
+    def write(self, path: Path, text: str = "", wait: bool = True):
         """Write the run directory's file ``path`` here (whole, by a rename) and on
-        every server that follows the directory."""
+        every server that follows the directory (``wait=False``: ``settle`` waits for
+        it there, so that several files go at once)."""
         path = Path(path)
         tmp = path.with_name(f".{path.name}.partial")
         tmp.write_text(text)
         tmp.rename(path)
         relative = str(path.absolute().relative_to(self.directory.absolute()))
         for remote in self.remote:
-            remote.put(relative, text)
+            remote.put(relative, text, wait=False)
+        if wait:
+            self.settle()
 
-    def send(self, path: Path):
+    def send(self, path: Path, wait: bool = True):
         """The run directory's file ``path``, written here, to every following server."""
         if self.remote:
-            self.write(path, Path(path).read_text())
+            self.write(path, Path(path).read_text(), wait)
+
+    def settle(self):
+        """Wait until what was written without waiting is in place on every server."""
+        for remote in self.remote:
+            remote.settle()
 
     def send_inputs(self, source: Path | None, servers, echo=None) -> dict[str, str]:
         """Directory ``source`` (a trace set) copied into ``.inputs/`` of the run's

@@ -1,11 +1,15 @@
 """What a run writes when it ends: the facts only the run knows (events, jobs' slots
 and arrivals, processes, switch ports, fallback hosts' counts) handed with the
-agents' records to ``harness/results/summary.py``, which computes every figure."""
+agents' records to ``harness/results/summary.py``, which computes every figure; and
+the run's id (``new_run_id``), which names its result set."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
+
+from ...p4.header import QAINA_WORDS
 
 from ..results.summary import summarise
 from ..switches.jobs import Job
@@ -75,3 +79,32 @@ def write_results(run) -> dict:
                       + ([run.servers[j.index]] if run.servers else [])}
                      for j in run.jobs]}
     return summarise(run.writer, run.cfg, meta, agents)
+
+
+def new_run_id(cfg) -> str:
+    """Time and what was run: topology, mode, jobs x workers, bits, compression,
+    trace and link settings, e.g. ``20261130-101500-leafspine-ina-j2w4b4-digits-mlp-bw1``."""
+    net, work, comp, tr = cfg.network, cfg.workload, cfg.compression, cfg.training
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    parts = [stamp, cfg.topology().short(), work.mode,
+             f"j{work.jobs}w{work.workers}b{'-'.join(str(b) for b in work.bits)}"]
+    if not comp.pack:
+        parts.append("unpacked")
+    if net.payload_words != QAINA_WORDS:
+        parts.append(f"pw{net.payload_words}")
+    if comp.quantizer != "maxpow2":
+        parts.append(comp.quantizer)
+    if comp.error_feedback:
+        parts.append("ef")
+    if comp.compress != "none":
+        parts.append(comp.compress)
+    parts.append(f"train-{tr.model}" if tr.train else
+                 f"script-{Path(tr.train_script).stem}" if tr.train_script else tr.trace)
+    for name, value in (("bw", net.bw), ("delay", net.delay), ("loss", net.loss),
+                        ("cpu", net.host_cpu)):
+        if value:
+            parts.append(f"{name}{value:g}" if isinstance(value, float) else f"{name}{value}")
+    if net.target != "embedded":
+        parts.append(net.target)
+    name = "-".join(parts)
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:100]
