@@ -342,6 +342,9 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
     "table:scale": scale("scale"),
     "table:scale-containers": scale("scale-containers"),
     "table:scale-history": history("scale-history"),
+    "table:cluster-bringup": history("cluster-bringup"),
+    "table:scale-containers-87ce1ea": scale("scale-containers-87ce1ea"),
+    "table:scale-containers-05a31ca": scale("scale-containers-05a31ca"),
     "table:overload": overload("overload"),
     "table:overload-faa9c33": overload("overload-faa9c33"),
 }
