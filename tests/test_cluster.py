@@ -47,14 +47,16 @@ def test_a_master_that_does_not_come_up_leaves_commands_on_their_own_and_nothing
     from qaina_bench.harness.running.record import RunRecord
     rec = RunRecord("sshmux-test", tmp_path)
     masters = sshmux.Masters([Server(dead_address)], rec, SSH)
-    assert masters.start(timeout=0.5) == [f"{dead_address} (no answer)"]
-    assert sshmux.options("root", dead_address) == []
-    assert [p["what"] for p in rec.data["processes"] if p.get("last")] == \
-        [f"ssh master connection to {dead_address}"]
-    directory = masters.directory
-    assert rec.leftovers(wait=0, but_last=True) == []
-    assert rec.leftovers(wait=0) == [f"temporary directory {directory}"]
-    masters.stop()
+    try:
+        assert masters.start(timeout=0.5) == [f"{dead_address} (no answer)"]
+        assert sshmux.options("root", dead_address) == []
+        assert [p["what"] for p in rec.data["processes"] if p.get("last")] == \
+            [f"ssh master connection to {dead_address}"]
+        directory = masters.directory
+        assert rec.leftovers(wait=0, but_last=True) == []
+        assert rec.leftovers(wait=0) == [f"temporary directory {directory}"]
+    finally:
+        masters.stop()
     assert not Path(directory).exists() and rec.leftovers(wait=0) == []
 
 
