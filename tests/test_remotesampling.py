@@ -29,7 +29,11 @@ def test_a_remote_sampler_samples_its_interfaces_and_processes_until_stopped(tmp
                                 {"agent j1w0": busy.pid}, interval=0.05)
         sampler.start()
         assert abs(sampler.clock["offset_s"]) < sampler.clock["round_trip_s"] + 0.01
-        time.sleep(0.6)
+        deadline = time.monotonic() + 60  # a busy machine starts the sampler late
+        while time.monotonic() < deadline and (not sampler.out.exists() or sum(
+                ",cpu," in line for line in sampler.out.read_text().splitlines()) < 6):
+            time.sleep(0.05)
+        time.sleep(0.3)
         sampler.stop()
         assert sampler.popen.returncode == 0  # it ended by itself, after its last sample
     finally:
