@@ -12,6 +12,7 @@ from functools import partial
 import pytest
 
 from qaina_bench.harness.config import RunConfig
+from qaina_bench.harness.results.fidelity import FEW_SAMPLES
 from qaina_bench.harness.running.cpulimit import LimitedHost, cgroup_dirs, limit_problem
 from qaina_bench.harness.running.cpustat import CpuLedger
 from qaina_bench.harness.running.run import Run
@@ -51,15 +52,17 @@ def check_cost_adds_up(summary: dict):
 
 
 def test_a_run_on_1_mbit_links_is_network_bound(tmp_path):
-    """b = 32 over 1 Mbit/s links: 12 iterations of about 0.3 s each, the workers'
-    links full all along."""
+    """b = 32 over 0.5 Mbit/s links: 12 iterations of about 0.6 s each, the workers'
+    links full all along. The sampler reads the links every 100 ms, less often on a
+    busy machine: the run is long enough for a verdict that is not coarse even then."""
     summary, _ = execute(tmp_path, topo="star", jobs=1, workers=4, bits=[32],
-                         iterations=12, bw=1)
+                         iterations=12, bw=0.5)
     assert summary["complete"], summary["errors"]
     f = summary["jobs"][0]["fidelity"]
     assert f["verdict"] == "network-bound", f["reason"]
     assert summary["fidelity"] == {"verdict": "network-bound", "jobs": {"1": "network-bound"}}
-    assert f["link_rate_mbit"] == 1 and f["link_load"] >= 0.9 and f["link_samples"] >= 20
+    assert f["link_rate_mbit"] == 0.5 and f["link_load"] >= 0.9
+    assert f["link_samples"] >= FEW_SAMPLES and "coarse" not in f["reason"]
     hosts = {f"s1-eth{i}" for i in range(1, 5)}
     assert {k.split()[0] for k in f["bottleneck_time"]} <= hosts
     assert f["transfer_s"] <= summary["jobs"][0]["job_completion_s"] + 1e-6
