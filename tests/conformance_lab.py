@@ -72,11 +72,15 @@ def send(lab, job: Job, worker: int, words, **kw):
     lab.hosts[w.port].send(contribution(w, job.job_id, words, **kw))
 
 
-def results(lab, port: int, count=None, timeout=1.0):
+def results(lab, port: int, count=None, timeout=None):
+    """The frames that reach ``port``: the first ``count`` of them (waiting up to 10 s:
+    a busy machine's switch answers late), or all within ``timeout`` (1 s by default)."""
+    if timeout is None:
+        timeout = 1.0 if count is None else 10.0
     return [Ether(f) for f in lab.hosts[port].recv(timeout=timeout, count=count)]
 
 
-def count(lab, name: str, index: int, expected: int, timeout: float = 2.0) -> int:
+def count(lab, name: str, index: int, expected: int, timeout: float = 10.0) -> int:
     """Packets in cell ``index`` of counter ``name`` once it reads ``expected``, or
     when ``timeout`` is over (a switch may still be working on the last packets)."""
     deadline = time.monotonic() + timeout

@@ -61,6 +61,7 @@ def test_shared_flush_answers_the_partial_that_completes_the_hosts_singles(sw):
     words = random_words(sw, job, rng, 4)
     for k in (1, 2):
         send(sw, job, k, words[k], slot=4, seq=30, exp=k)
+    assert count(sw, "agg_packets", 0, 2) == 2  # both applied before the snapshot
     before = sw.registers()
     for have in (0b0001, 0b0011, 0b1011):  # incomplete, overlapping, overlapping
         sw.hosts[5].send(flush_request(sw, job, have, slot=4, seq=30))
