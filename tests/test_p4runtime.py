@@ -188,12 +188,20 @@ def test_the_request_log_keeps_what_a_switch_refused(fresh, tmp_path):
     with pytest.raises(ControlError, match="ALREADY_EXISTS"):
         fresh.conn.insert("MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": 41},
                           "MyIngress.accept_qaina")
-    fresh.conn.read_counter("MyIngress.drops")
+    for _ in range(5):  # a sampler's reads: the first is written, the rest counted
+        fresh.conn.read_counter("MyIngress.drops")
+    fresh.conn.read_counter("MyIngress.agg_packets")
+    fresh.conn.read_counter("MyIngress.agg_packets")
+    fresh.conn.close()
     text = log.read_text()
     assert "> StreamChannel" in text and "< StreamChannel" in text
     assert text.count("> Write") == 2 and text.count("< Write") == 2
     assert "ALREADY_EXISTS" in text.split("< Write", 2)[2]
     assert "> Read device_id: 1 entities { counter_entry" in text and "< Read entities" in text
+    reads = [line.split(" ", 1)[1] for line in text.splitlines() if " Read" in line]
+    assert [r[:6] for r in reads] == ["> Read", "< Read", "= Read", "> Read", "< Read",
+                                      "= Read"], reads
+    assert reads[2].startswith("= Read: 4 more the same") and reads[5].startswith("= Read: 1 ")
 
 
 def test_pipeline_config_reads_back(fresh):

@@ -52,12 +52,16 @@ def _describe(exc: grpc.RpcError) -> str:
 class RequestLog(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
     """Every P4Runtime request and response of a connection, written to a file as
     protobuf text (what a switch refused can be read afterwards, as with p4lang's
-    tutorials' request logger). Reads, which the harness makes many times a second,
-    take one line per request and per response."""
+    tutorials' request logger). Reads take one line per request and per response. The
+    sampler repeats one Read many times a second: a Read the same as the one before
+    is counted, not written (with its responses), and the count is written when
+    another request comes or the log closes; a Read that fails is always written."""
 
     def __init__(self, path):
         self.file = open(path, "a", buffering=1)
         self.lock = threading.Lock()
+        self._last_read: bytes | None = None  # the last Read written, serialized
+        self._repeats = 0  # Reads the same as it since, not written
 
     def write(self, arrow: str, method: str, message=None, error: str | None = None):
         name = method.rsplit("/", 1)[-1]
@@ -74,9 +78,28 @@ class RequestLog(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterce
             text = text_format.MessageToString(message, as_one_line=True)
         else:
             text = "\n" + text_format.MessageToString(message).rstrip()
-        stamp = time.strftime("%H:%M:%S") + f".{int(time.time() * 1000) % 1000:03d}"
         with self.lock:
-            self.file.write(f"{stamp} {arrow} {name} {text}\n")
+            self._write_repeats()
+            self.file.write(f"{_stamp()} {arrow} {name} {text}\n")
+
+    def _repeated(self, method: str, request) -> bool:
+        """Whether ``request`` is a Read the same as the last one written (counted)."""
+        if not method.endswith("/Read"):
+            return False
+        key = request.SerializeToString(deterministic=True)
+        with self.lock:
+            if key == self._last_read:
+                self._repeats += 1
+                return True
+            self._write_repeats()
+            self._last_read = key
+            return False
+
+    def _write_repeats(self):
+        if self._repeats:
+            self.file.write(f"{_stamp()} = Read: {self._repeats} more the same as the last "
+                            "Read written, not written\n")
+            self._repeats = 0
 
     def intercept_unary_unary(self, continuation, details, request):
         self.write(">", details.method, request)
@@ -88,21 +111,32 @@ class RequestLog(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterce
         return outcome
 
     def intercept_unary_stream(self, continuation, details, request):
-        self.write(">", details.method, request)
+        repeat = self._repeated(details.method, request)
+        if not repeat:
+            self.write(">", details.method, request)
         responses = continuation(details, request)
 
         def logged():
             try:
                 for response in responses:
-                    self.write("<", details.method, response)
+                    if not repeat:
+                        self.write("<", details.method, response)
                     yield response
             except grpc.RpcError as exc:
+                if repeat:
+                    self.write(">", details.method, request)
                 self.write("<", details.method, error=f"ERROR {_describe(exc)}")
                 raise
         return logged()
 
     def close(self):
+        with self.lock:
+            self._write_repeats()
         self.file.close()
+
+
+def _stamp() -> str:
+    return time.strftime("%H:%M:%S") + f".{int(time.time() * 1000) % 1000:03d}"
 
 
 class SwitchConnection:
