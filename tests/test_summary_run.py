@@ -29,6 +29,12 @@ def test_summary_agrees_with_what_the_trace_the_switch_and_the_agents_say(tmp_pa
                                  iterations=2)
     saved = json.loads((directory / "summary.json").read_text())
     assert saved["jobs"] == summary["jobs"]
+    machine = saved["machine"]  # what the timings are a property of, besides the network
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    if "model name" in cpuinfo:  # x86 names its model there (some ARM kernels do not)
+        assert machine["cpu_model"] and f": {machine['cpu_model']}\n" in cpuinfo
+    assert machine["cores"] == cpuinfo.count("processor\t:") >= machine["cores_usable"] > 0
+    assert machine["memory_gib"] > 0 and machine["architecture"]
     trace = open_trace("digits-mlp")
     for job in saved["jobs"]:
         jid = job["job_id"]

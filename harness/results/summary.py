@@ -55,6 +55,26 @@ def software_versions() -> dict:
     return out
 
 
+def machine_description() -> dict:
+    """The machine the harness ran on: its CPU model, cores (and those the run could
+    use), memory and architecture. The same run moves about twice the elements a second
+    on one x86 server as on another: figures from two machines compare only with it."""
+    import os
+
+    import psutil
+    model = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f
+                          if line.startswith("model name")), None)
+    except OSError:
+        pass
+    return {"cpu_model": model, "cores": os.cpu_count(),
+            "cores_usable": len(os.sched_getaffinity(0)),
+            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "architecture": platform.machine()}
+
+
 def learning(rows: list[dict], start: float, target: float) -> dict:
     """What a closed-loop run (``--train``) learned: the test accuracy over time (from
     worker 0, which measures it), the last, and when ``target`` was first reached."""
@@ -286,6 +306,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "clock_offsets": meta.get("clock_offsets"),
         "validity": validity(rows, jobs, meta.get("cpu"), drops, meta.get("switch_ports")),
         "software": software_versions(),
+        "machine": machine_description(),
         "config": cfg.to_dict(),
         "written": time.time(),
     }
