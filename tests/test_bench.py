@@ -82,6 +82,24 @@ def test_headline_csv_has_a_row_per_run_and_window_with_the_switch_cost(tmp_path
     assert "ina, 8 slots:" in out.stdout and "ina, 64 slots:" in out.stdout
 
 
+@pytest.mark.root
+@pytest.mark.slow
+def test_sampling_csv_compares_the_sampler_intervals_on_the_same_runs(tmp_path):
+    path = tmp_path / "sampling.csv"
+    out = run(["testbed", "--table", "sampling", "--iterations", "1", "--repeat", "1",
+               "--csv", str(path)], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = rows(path)
+    assert [(r["bw_mbit"], r["sampling"]) for r in got] == [
+        ("16.0", "10 ms"), ("16.0", "100 ms"), ("unshaped", "10 ms"), ("unshaped", "100 ms")]
+    for fast, slow in (got[:2], got[2:]):  # the sampler read as asked (late when busy)
+        assert 0.01 <= float(fast["slot_interval_s"]) < float(slow["slot_interval_s"])
+        assert float(slow["slot_interval_s"]) >= 0.09
+    for r in got:
+        assert float(r["melem_s"]) > 0 and float(r["harness_s_per_melem"]) > 0
+    assert "100 ms: " in out.stdout and "slot reads" in out.stdout
+
+
 def test_codec_prints_the_reference_and_the_kernels_per_format():
     from click.testing import CliRunner
     from qaina_bench.harness.cli import main

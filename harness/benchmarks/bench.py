@@ -47,7 +47,7 @@ from ..switches.jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_i
 from ..running.record import RunRecord
 from ..switches.targets import make_target
 from .testbedbench import (COST_MODES, COST_WORKERS, CSV_TABLES, TESTBED_TABLES,
-                           coalescing_table,
+                           coalescing_table, sampling_table,
                            comparison_table, cost_table, headline_table, ratio_table,
                            repeat_table, transport_table, write_csv)
 
@@ -354,6 +354,8 @@ def _testbed(ap, args) -> int:
                                   trace=args.headline_trace, slots=args.slots or (32,))
         if "coalescing" in tables:
             rows = coalescing_table(work, args.iterations, args.repeat)
+        if "sampling" in tables:
+            rows = sampling_table(work, args.iterations, args.repeat)
         if "cost" in tables:
             rows = cost_table(work, args.iterations, args.repeat,
                               modes=args.mode or COST_MODES,

@@ -61,7 +61,7 @@ def bench_switch(targets, bits, rate, seconds, repeat, words, csv_path):
               help="runs of each configuration (mean and range; the repeat table's CV)")
 @click.option("--table", "tables", multiple=True,
               type=click.Choice(["transport", "repeat", "comparison", "ratio", "cost",
-                                 "headline", "coalescing"]),
+                                 "headline", "coalescing", "sampling"]),
               help="only these tables (default all)")
 @click.option("--ratio-bw", type=POSITIVE, default=3.0, show_default=True,
               help="link Mbit/s of the in-network / ring ratio (n=8, b=4, 256 words)")
@@ -69,7 +69,7 @@ def bench_switch(targets, bits, rate, seconds, repeat, words, csv_path):
               help="trace set of the ratio (digits-mlp-wide is recorded on first use)")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
               help="write the table to this CSV file too (one --table of ratio, cost, "
-                   "headline, coalescing)")
+                   "headline, coalescing, sampling)")
 @click.option("--mode", "modes", type=RegistryChoice(MODES), multiple=True,
               help="the cost table for these schemes only (default all)")
 @click.option("--workers", type=click.Choice(["4", "8"]), multiple=True,
@@ -88,7 +88,9 @@ def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace, csv_pat
     in-network, ring and parameter server at n=4 and 8, unshaped and at 16 Mbit/s, and
     (--table headline) 2 jobs x 8 workers unshaped, in-network and ring, and (--table
     coalescing) in-network n=8 at 16, 64 Mbit/s and unshaped with receive coalescing
-    off, in the agents, and in the agents and the switch (root)."""
+    off, in the agents, and in the agents and the switch, and (--table sampling) the
+    same at 16 Mbit/s and unshaped with the sampler's slot reads every 10 and 100 ms
+    (root)."""
     from . import bench as b
     args = ["testbed", "--bw", str(bw), "--iterations", str(iterations), "--repeat",
             str(repeat), "--ratio-bw", str(ratio_bw), "--ratio-trace", ratio_trace]

@@ -288,6 +288,9 @@ COALESCING = {"off": {"QAINA_AGENT_COALESCE": "0", "QAINA_SWITCH_COALESCE": "0"}
               "agents": {"QAINA_AGENT_COALESCE": "1", "QAINA_SWITCH_COALESCE": "0"},
               "agents+switch": {"QAINA_AGENT_COALESCE": "1", "QAINA_SWITCH_COALESCE": "500"}}
 COALESCING_BANDWIDTHS = (16.0, 64.0, None)
+#: what ``sampling`` compares: label -> the seconds between the sampler's slot reads
+SAMPLING = {"10 ms": 0.01, "100 ms": 0.1}
+SAMPLING_BANDWIDTHS = (16.0, None)
 
 
 def coalescing_table(workdir: Path, iterations: int, repeat: int,
@@ -297,21 +300,42 @@ def coalescing_table(workdir: Path, iterations: int, repeat: int,
     the agents and the switch (``COALESCING``; the repeats interleaved): Melem/s, CPU
     seconds per million aggregated elements (agents, switch, total), results per
     agent wakeup, verdict. Returns a row per run (its CSV)."""
+    return _variants_table(workdir, iterations, repeat, trace, "coalescing",
+                           {label: (env, {}) for label, env in COALESCING.items()},
+                           COALESCING_BANDWIDTHS)
+
+
+def sampling_table(workdir: Path, iterations: int, repeat: int,
+                   trace: str = "digits-mlp-wide") -> list[dict]:
+    """What measuring costs the run: the same in-network runs as ``coalescing`` (at 16
+    Mbit/s and unshaped) with the sampler reading the switch's slot counters every 10
+    ms (``up``'s default) and every 100 ms (``SAMPLING``; the repeats interleaved)."""
+    return _variants_table(workdir, iterations, repeat, trace, "sampling",
+                           {label: ({}, {"sample_interval": interval})
+                            for label, interval in SAMPLING.items()},
+                           SAMPLING_BANDWIDTHS)
+
+
+def _variants_table(workdir: Path, iterations: int, repeat: int, trace: str, column: str,
+                    variants: dict, bandwidths) -> list[dict]:
+    """One job of 8 workers, in-network, for each link rate of ``bandwidths`` and each
+    variant (label -> (environment of the run's processes, ``up`` options)), the
+    repeats interleaved: a row per run, printed as it ends."""
     import os
 
     from ...hosts.recorder import ensure
-    print(f"coalescing: star, 1 job x 8 workers, in-network, b=4, 256-word packets, trace "
+    print(f"{column}: star, 1 job x 8 workers, in-network, b=4, 256-word packets, trace "
           f"{trace}, {iterations} iterations, {repeat} runs each")
     ensure(trace, log=print)
     rows = []
     for k in range(repeat):
-        for bw in COALESCING_BANDWIDTHS:
-            for label, env in COALESCING.items():
+        for bw in bandwidths:
+            for label, (env, options) in variants.items():
                 saved = {name: os.environ.get(name) for name in env}
                 os.environ.update(env)  # the run's agents and switch inherit it
                 try:
                     s = testbed_bench("star", 4, bw, iterations, workdir, 1, "ina", 8,
-                                      payload_words=256, trace=trace)
+                                      payload_words=256, trace=trace, **options)
                 finally:
                     for name, value in saved.items():
                         if value is None:
@@ -319,18 +343,23 @@ def coalescing_table(workdir: Path, iterations: int, repeat: int,
                         else:
                             os.environ[name] = value
                 f = cost_figures(s)
-                rows.append({"run": k + 1, "bw_mbit": bw or "unshaped", "coalescing": label,
+                rows.append({"run": k + 1, "bw_mbit": bw or "unshaped", column: label,
                              "melem_s": f["melem_s"], "agents_s_per_melem": f["agents"],
                              "switches_s_per_melem": f["switches"],
+                             "harness_s_per_melem": f["harness"],
                              "total_s_per_melem": f["total"],
                              "results_per_wakeup": _results_per_wakeup(s, workdir),
+                             "slot_interval_s": (s.get("slot_sampling") or {}).get(
+                                 "interval_median_s"),
                              "verdict": f["verdict"]})
                 r = rows[-1]
                 print(f"  run {k + 1}: {f'{bw:g} Mbit/s' if bw else 'unshaped'}, {label}: "
                       f"{_num(r['melem_s']):.3f} Melem/s, agents {_num(r['agents_s_per_melem']):.2f}"
-                      f", switch {_num(r['switches_s_per_melem']):.2f}, total "
+                      f", switch {_num(r['switches_s_per_melem']):.2f}, harness "
+                      f"{_num(r['harness_s_per_melem']):.2f}, total "
                       f"{_num(r['total_s_per_melem']):.2f} CPU s/Melem, "
-                      f"{_num(r['results_per_wakeup']):.1f} results per wakeup, {r['verdict']}",
+                      f"{_num(r['results_per_wakeup']):.1f} results per wakeup, slot reads "
+                      f"{1e3 * _num(r['slot_interval_s']):.0f} ms apart, {r['verdict']}",
                       flush=True)
     return rows
 
@@ -348,5 +377,5 @@ def _results_per_wakeup(summary: dict, workdir: Path) -> float | None:
 
 
 TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio", "cost", "headline",
-                  "coalescing")
-CSV_TABLES = ("ratio", "cost", "headline", "coalescing")  # the tables ``--csv`` can write
+                  "coalescing", "sampling")
+CSV_TABLES = ("ratio", "cost", "headline", "coalescing", "sampling")  # the tables ``--csv`` can write
