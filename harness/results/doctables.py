@@ -16,8 +16,8 @@ import numpy as np
 from .docformat import (DocData, f2, f3, mbytes, seconds, sig2, sig3, span, spread, table,
                         values, verdicts, wait)
 from .metrics import glossary
-from .perftables import (_headline_before, _headline_melem, coalescing, cost, headline,
-                         history, overload, overload_kept, scale)
+from .perftables import (_headline_before, _headline_melem, cost, headline, history,
+                         overload, overload_kept, scale, variants)
 
 
 def qaina_jobs(d: DocData) -> str:
@@ -331,7 +331,8 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
     "table:compression-mlp": compression("compression-mlp"),
     "table:compression-resnet-accuracy": compression("compression-resnet-accuracy"),
     "table:cost": cost("cost"),
-    "table:coalescing": coalescing,
+    "table:coalescing": variants("coalescing", "coalescing"),
+    "table:sampling": variants("sampling", "sampling"),
     "table:cost-faa9c33": cost("cost-faa9c33"),
     "table:cost-5fb3794": cost("cost-5fb3794"),
     "table:headline": headline,

@@ -34,20 +34,33 @@ def _cost(d: DocData, name: str) -> str:
                   "softirq", "total", "verdicts"], body)
 
 
-def coalescing(d: DocData) -> str:
-    """``bench testbed --table coalescing --csv``: per link rate and setting, mean
-    (range) of its runs."""
+def variants(name: str, column: str) -> Callable[[DocData], str]:
+    """``bench testbed --table coalescing`` or ``--table sampling`` with ``--csv``
+    (``column`` names the variant): per link rate and variant, mean (range) of its
+    runs; the harness and the slot reads' interval where the CSV has them."""
+    return lambda d: _variants(d, name, column)
+
+
+def _variants(d: DocData, name: str, column: str) -> str:
     points: dict[tuple, list[dict]] = defaultdict(list)
-    for r in d.rows("coalescing"):
-        points[(r["bw_mbit"], r["coalescing"])].append(r)
+    for r in d.rows(name):
+        points[(r["bw_mbit"], r[column])].append(r)
+    first = next(iter(points.values()))[0]
+    parts = ["melem_s", "agents_s_per_melem", "switches_s_per_melem"] + (
+        ["harness_s_per_melem"] if "harness_s_per_melem" in first else []) + [
+        "total_s_per_melem"]
+    reads = "slot_interval_s" in first
     body = [["unshaped" if bw == "unshaped" else f"{float(bw):g} Mbit/s", label]
-            + [spread(values(rs, c), f2) for c in (
-                "melem_s", "agents_s_per_melem", "switches_s_per_melem", "total_s_per_melem")]
-            + [spread(values(rs, "results_per_wakeup"), f1), verdicts(rs, "verdict")]
+            + [spread(values(rs, c), f2) for c in parts]
+            + [spread(values(rs, "results_per_wakeup"), f1)]
+            + ([spread([1e3 * v for v in values(rs, "slot_interval_s")], f1)] if reads else [])
+            + [verdicts(rs, "verdict")]
             for (bw, label), rs in points.items()]
     runs = max(len(rs) for rs in points.values())
-    return table(["links", "coalescing", f"Melem/s ({runs} runs)", "agents", "switch",
-                  "total", "results per wakeup", "verdicts"], body)
+    return table(["links", column, f"Melem/s ({runs} runs)", "agents", "switch"]
+                 + (["harness"] if "harness_s_per_melem" in parts else []) + ["total",
+                 "results per wakeup"] + (["slot reads ms apart"] if reads else [])
+                 + ["verdicts"], body)
 
 
 def headline(d: DocData) -> str:
