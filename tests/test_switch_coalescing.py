@@ -21,12 +21,18 @@ def trickle(tmp_path, env: dict) -> tuple[dict, int]:
     lab = SwitchLab("embedded", 2, tmp_path, env=env)
     port1 = lab.veths.pairs[1][0]
     try:
+        lab.reset()  # a pipeline: its drop counter says when every frame was taken
         frame = bytes(6) + bytes.fromhex("020000000001") + b"\x88\xb5" + bytes(50)
         host = lab.hosts[1]
         for _ in range(FRAMES):
             host.send(frame)
             time.sleep(0.0001)
-        time.sleep(0.3)
+        # until the switch has taken them (drop reason 0: not a frame it routes); the
+        # stats it writes when it stops count only what it read
+        deadline = time.monotonic() + 30
+        while (lab.counters("MyIngress.drops")[0][0] < FRAMES
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
     finally:
         lab.close()
     stats = json.loads(lab.target.stats_path.read_text())
