@@ -254,8 +254,10 @@ def test_cpu_cost_counts_a_kernel_once_and_every_kernels_softirq():
 
 
 BURN = """
-import time
-while time.process_time() < 0.2:
+import sys, time
+sys.stdin.readline()  # burns once the ledger has begun
+start = time.process_time()
+while time.process_time() - start < 0.2:
     pass
 """
 
@@ -264,9 +266,11 @@ def test_the_ledger_reads_an_exited_process_before_it_is_reaped():
     """A child that burns 0.2 s of CPU and exits: the ledger's reading, taken at its
     exit through waitid(WNOWAIT), has all of it; then the child is reaped."""
     ledger = CpuLedger()
-    child = subprocess.Popen([sys.executable, "-c", BURN])
+    child = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE)
     ledger.watch("burner", "agents", child.pid)
     ledger.begin()
+    child.stdin.write(b"go\n")
+    child.stdin.close()
     while ledger.poll(child) is None:
         threading.Event().wait(0.02)
     assert child.returncode == 0
