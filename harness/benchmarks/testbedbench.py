@@ -349,6 +349,8 @@ def _variants_table(workdir: Path, iterations: int, repeat: int, trace: str, col
                              "harness_s_per_melem": f["harness"],
                              "total_s_per_melem": f["total"],
                              "results_per_wakeup": _results_per_wakeup(s, workdir),
+                             "slot_interval_target_s": (s.get("slot_sampling") or {}).get(
+                                 "interval_target_s"),
                              "slot_interval_s": (s.get("slot_sampling") or {}).get(
                                  "interval_median_s"),
                              "verdict": f["verdict"]})

@@ -59,7 +59,7 @@ def _variants(d: DocData, name: str, column: str) -> str:
     runs = max(len(rs) for rs in points.values())
     return table(["links", column, f"Melem/s ({runs} runs)", "agents", "switch"]
                  + (["harness"] if "harness_s_per_melem" in parts else []) + ["total",
-                 "results per wakeup"] + (["slot reads ms apart"] if reads else [])
+                 "results per wakeup"] + (["slot reads ms apart (median)"] if reads else [])
                  + ["verdicts"], body)
 
 
