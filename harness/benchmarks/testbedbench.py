@@ -356,8 +356,8 @@ def _variants_table(workdir: Path, iterations: int, repeat: int, trace: str, col
                              "verdict": f["verdict"]})
                 r = rows[-1]
                 print(f"  run {k + 1}: {f'{bw:g} Mbit/s' if bw else 'unshaped'}, {label}: "
-                      f"{_num(r['melem_s']):.3f} Melem/s, agents {_num(r['agents_s_per_melem']):.2f}"
-                      f", switch {_num(r['switches_s_per_melem']):.2f}, harness "
+                      f"{_num(r['melem_s']):.3f} Melem/s, agents "
+                      f"{_num(r['agents_s_per_melem']):.2f}, switch {_num(r['switches_s_per_melem']):.2f}, harness "
                       f"{_num(r['harness_s_per_melem']):.2f}, total "
                       f"{_num(r['total_s_per_melem']):.2f} CPU s/Melem, "
                       f"{_num(r['results_per_wakeup']):.1f} results per wakeup, slot reads "
@@ -380,4 +380,5 @@ def _results_per_wakeup(summary: dict, workdir: Path) -> float | None:
 
 TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio", "cost", "headline",
                   "coalescing", "sampling")
-CSV_TABLES = ("ratio", "cost", "headline", "coalescing", "sampling")  # the tables ``--csv`` can write
+#: the tables ``--csv`` can write
+CSV_TABLES = ("ratio", "cost", "headline", "coalescing", "sampling")
