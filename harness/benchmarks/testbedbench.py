@@ -357,7 +357,8 @@ def _variants_table(workdir: Path, iterations: int, repeat: int, trace: str, col
                 r = rows[-1]
                 print(f"  run {k + 1}: {f'{bw:g} Mbit/s' if bw else 'unshaped'}, {label}: "
                       f"{_num(r['melem_s']):.3f} Melem/s, agents "
-                      f"{_num(r['agents_s_per_melem']):.2f}, switch {_num(r['switches_s_per_melem']):.2f}, harness "
+                      f"{_num(r['agents_s_per_melem']):.2f}, switch "
+                      f"{_num(r['switches_s_per_melem']):.2f}, harness "
                       f"{_num(r['harness_s_per_melem']):.2f}, total "
                       f"{_num(r['total_s_per_melem']):.2f} CPU s/Melem, "
                       f"{_num(r['results_per_wakeup']):.1f} results per wakeup, slot reads "
