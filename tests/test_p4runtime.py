@@ -192,7 +192,8 @@ def test_the_request_log_keeps_what_a_switch_refused(fresh, tmp_path):
         fresh.conn.read_counter("MyIngress.drops")
     fresh.conn.read_counter("MyIngress.agg_packets")
     fresh.conn.read_counter("MyIngress.agg_packets")
-    fresh.conn.close()
+    fresh.conn.close()  # writes the last count
+    fresh.reconnect()  # the module's later tests use the lab's connection
     text = log.read_text()
     assert "> StreamChannel" in text and "< StreamChannel" in text
     assert text.count("> Write") == 2 and text.count("< Write") == 2
