@@ -87,7 +87,7 @@ def test_headline_csv_has_a_row_per_run_and_window_with_the_switch_cost(tmp_path
 def test_sampling_csv_compares_the_sampler_intervals_on_the_same_runs(tmp_path):
     path = tmp_path / "sampling.csv"
     out = run(["testbed", "--table", "sampling", "--iterations", "1", "--repeat", "1",
-               "--csv", str(path)], tmp_path)
+               "--variants-trace", "digits-mlp", "--csv", str(path)], tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     got = rows(path)
     assert [(r["bw_mbit"], r["sampling"]) for r in got] == [

@@ -266,6 +266,8 @@ def main(argv=None) -> int:
                     help="the cost table for this scheme only (repeatable; default all)")
     tb.add_argument("--headline-trace", default="digits-mlp-wide",
                     help="trace set of the headline")
+    tb.add_argument("--variants-trace", default="digits-mlp-wide",
+                    help="trace set of the coalescing and sampling tables")
     tb.add_argument("--slots", type=int, action="append",
                     help="the headline's in-network runs with these slots per job "
                          "(repeatable; default 32, up's default)")
@@ -353,9 +355,11 @@ def _testbed(ap, args) -> int:
             rows = headline_table(work, args.iterations, args.repeat,
                                   trace=args.headline_trace, slots=args.slots or (32,))
         if "coalescing" in tables:
-            rows = coalescing_table(work, args.iterations, args.repeat)
+            rows = coalescing_table(work, args.iterations, args.repeat,
+                                    trace=args.variants_trace)
         if "sampling" in tables:
-            rows = sampling_table(work, args.iterations, args.repeat)
+            rows = sampling_table(work, args.iterations, args.repeat,
+                                  trace=args.variants_trace)
         if "cost" in tables:
             rows = cost_table(work, args.iterations, args.repeat,
                               modes=args.mode or COST_MODES,

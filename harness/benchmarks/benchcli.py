@@ -76,11 +76,13 @@ def bench_switch(targets, bits, rate, seconds, repeat, words, csv_path):
               help="the cost table for these worker counts only (default both)")
 @click.option("--headline-trace", default="digits-mlp-wide", show_default=True,
               help="trace set of the headline")
+@click.option("--variants-trace", default="digits-mlp-wide", show_default=True,
+              help="trace set of the coalescing and sampling tables")
 @click.option("--slots", type=click.IntRange(1), multiple=True,
               help="the headline's in-network runs with these slots per job (the "
                    "window; repeatable; default 32, up's default)")
 def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace, csv_path, modes,
-                  workers, headline_trace, slots):
+                  workers, headline_trace, variants_trace, slots):
     """Transport (retransmissions, time against the link rate, repeatability),
     elements/s of b=4 against b=32 and a ring, on star and leaf-spine, the
     in-network / ring iteration-time ratio at n=8, (--table cost) the CPU seconds per
@@ -102,7 +104,7 @@ def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace, csv_pat
         args += ["--mode", m]
     for n in workers:
         args += ["--workers", n]
-    args += ["--headline-trace", headline_trace]
+    args += ["--headline-trace", headline_trace, "--variants-trace", variants_trace]
     for n in slots:
         args += ["--slots", str(n)]
     sys.exit(b.main(args))
