@@ -75,3 +75,20 @@ def test_tcp_retransmits_what_the_rule_loses():
     finally:
         for ns in (a, b):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_the_netem_probe_leaves_nothing_and_probes_at_once_agree():
+    """Four probes at once (runs starting together) get the same answer as a probe
+    alone, through veth pairs of their own that nothing outside them sees."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from qaina_bench.harness.running.linkloss import netem_available
+    probe = netem_available.__wrapped__  # not the cached answer
+    tc = subprocess.run(["sh", "-c", "ip link add qtest0 type veth peer name qtest1 && "
+                         "tc qdisc add dev qtest0 root netem loss 1%"], capture_output=True)
+    subprocess.run(["ip", "link", "del", "qtest0"], capture_output=True)
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: probe(), range(4)))
+    assert answers == [tc.returncode == 0] * 4
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    assert "qprobe" not in links
