@@ -224,6 +224,20 @@ class ClusterNode(RemoteMixin):
                   f"2>/dev/null || exit 0; sleep 0.1; done; kill -9 {pid} 2>/dev/null; true")
 
 
+def each_then_first_failure(steps) -> None:
+    """Run every step (a callable) even when one fails; then raise the first
+    ``RuntimeError`` any raised. Remote processes started at once are each read this way,
+    so that none is left unrecorded behind a failed one."""
+    failed = []
+    for step in steps:
+        try:
+            step()
+        except RuntimeError as exc:
+            failed.append(exc)
+    if failed:
+        raise failed[0]
+
+
 class ClusterHost(ClusterNode, Host):
     """A Mininet host on a server of the cluster."""
 

@@ -48,16 +48,13 @@ class ClusterParts:
     def started(self):
         """Wait for the remote processes ``start_process`` began and record each by
         its PID on its server; raises the first failure once every one is known."""
-        failed = []
-        for node, popen, what in self._starting:
-            try:
-                pid, started = node.launch_end(popen, what)
-            except RuntimeError as exc:
-                failed.append(exc)
-                continue
-            self.remote_procs.append((node, pid))
-            self.remote_pids[popen.pid] = (node.server_key, pid)
-            self.record.add_remote_process(node.server_key, node.user, pid, started, what)
-        self._starting.clear()
-        if failed:
-            raise failed[0]
+        from .cluster import each_then_first_failure
+        starting, self._starting = self._starting, []
+        each_then_first_failure(partial(self._started, *entry) for entry in starting)
+
+    def _started(self, node, popen, what: str):
+        """Read one remote process's PID there and record it."""
+        pid, started = node.launch_end(popen, what)
+        self.remote_procs.append((node, pid))
+        self.remote_pids[popen.pid] = (node.server_key, pid)
+        self.record.add_remote_process(node.server_key, node.user, pid, started, what)

@@ -17,7 +17,7 @@ import sys
 
 from ..switches.firewall import FirewallError
 from ..switches.targets import TargetError, make_target
-from .cluster import ClusterNode, Server
+from .cluster import ClusterNode, Server, each_then_first_failure
 from .network import QainaSwitch, quiet_interface
 from .remotebmv2 import RemoteBMv2Target
 from .remoteguard import RemoteP4RuntimeGuard, harness_address
@@ -72,23 +72,19 @@ class ClusterSwitch(ClusterNode, QainaSwitch):
     def batchStartup(cls, switches):
         """After Mininet started every switch: the remote ones' PIDs, read once all of
         them are starting (each started at once); the first failure raised then."""
-        failed = []
-        for sw in switches:
-            if sw.launching:
-                try:
-                    sw.launched()
-                except RuntimeError as exc:
-                    for guard in sw.guards:
-                        guard.remove()
-                    failed.append(exc)
-        if failed:
-            raise failed[0]
+        each_then_first_failure(sw.launched for sw in switches if sw.launching)
         return switches
 
     def launched(self):
-        """Read the remote switch's PID (``start`` started it) and record it there."""
+        """Read the remote switch's PID (``start`` started it) and record it there; if
+        it did not start, its guards go."""
         self.launching = False
-        pid, started = self.launch_end(self.target.proc, f"switch {self.name}")
+        try:
+            pid, started = self.launch_end(self.target.proc, f"switch {self.name}")
+        except RuntimeError:
+            for guard in self.guards:
+                guard.remove()
+            raise
         self.remote_pid = pid
         if self.record is not None:
             self.record.add_remote_process(self.server, self.user, pid, started,
