@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from qaina_bench.harness.cli import main
-from qaina_bench.harness.running.cluster import Cluster, Server, place
+from qaina_bench.harness.running.cluster import Cluster, Server, each_then_first_failure, place
 from qaina_bench.harness.running.run import build_topology
 from qaina_bench.harness.config import RunConfig
 from qaina_bench.settings import ConfigError
@@ -88,6 +88,26 @@ def test_a_pin_to_an_unknown_server_is_refused(tmp_path):
     spec.write_text("servers: [a, b]\npin: {sp1: c}\n")
     with pytest.raises(ConfigError, match="sp1 is pinned to c"):
         Cluster.parse(str(spec))
+
+
+def test_remote_starts_are_all_read_before_the_first_failure_is_raised():
+    """A remote process that failed to start must not leave the ones after it
+    unrecorded (their PIDs unread): every start is read, then the first failure goes."""
+    read = []
+
+    def start(name, fails):
+        def step():
+            read.append(name)
+            if fails:
+                raise RuntimeError(f"starting {name} failed")
+        return step
+
+    with pytest.raises(RuntimeError, match="starting b failed"):
+        each_then_first_failure([start("a", False), start("b", True), start("c", True),
+                                 start("d", False)])
+    assert read == ["a", "b", "c", "d"]
+    each_then_first_failure([start("e", False)])
+    assert read[-1] == "e"
 
 
 def placement(servers: str, **kw):
