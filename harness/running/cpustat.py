@@ -99,7 +99,8 @@ class CpuLedger:
     or parameter server that exits is read as a zombie, after it exited and before it
     is reaped, when /proc still holds its final times (``poll`` asks the kernel with
     ``waitid(WNOWAIT)`` whether the process exited, reads it, and only then lets
-    ``Popen`` reap it; a process is never reaped anywhere else while the run goes);
+    ``Popen`` reap it; a process is never reaped anywhere else while the run goes; an
+    agent forked by the agent starter, ``starter.py``, comes with its final times);
     switches, and whatever is still running at ``end``, are read at ``end``, just
     before the run stops them. The harness's own times (its threads, the sampler's
     too, without its children) and the machine's interrupt time (``/proc/stat``,
@@ -131,6 +132,12 @@ class CpuLedger:
         """``popen.poll()``, reading the process's final times before it is reaped."""
         if popen.returncode is not None:
             return popen.returncode
+        if hasattr(popen, "final_times"):  # a fork of the agent starter: it reports them
+            code = popen.poll()
+            t = self.tracked.get(popen.pid)
+            if code is not None and t is not None and t.end is None and self.began:
+                t.end = popen.final_times
+            return code
         try:
             exited = os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:  # reaped elsewhere already

@@ -492,13 +492,20 @@ class Testbed(ClusterParts):
                       self.next_hops(host)[aggregator], host)
 
     def start_process(self, host: str, cmd: list[str], out, log: Path, env: dict,
-                      what: str, wait: bool = True):
+                      what: str, wait: bool = True, starter=None):
         """Start ``cmd`` on Mininet host ``host`` (its output to ``out``, the open
         ``log``) and record it; on another server of a cluster through ``remote
         launch``, recorded there by its PID (``wait``: now; else by ``started``, so
-        that several start at once) and stopped by ``stop``."""
+        that several start at once) and stopped by ``stop``. On this machine, a
+        command that ``starter`` (``harness/running/starter.py``) runs is forked from
+        it."""
         node = self.net.get(host)
         server = getattr(node, "server_key", None)
+        args = starter.arguments(cmd) if starter is not None and server is None else None
+        if args is not None:
+            popen = starter.start(args, node.pid, log)
+            self.record.add_process(popen.pid, what)
+            return popen
         if server is None:
             popen = node.popen(cmd, stdout=out, stderr=out, stdin=None, env=env)
             self.record.add_process(popen.pid, what)

@@ -45,6 +45,7 @@ from .remotesampling import remote_samplers
 from .runmeta import new_run_id, write_results
 from .sampling import Sampler
 from ..trainscript import ScriptLauncher
+from .starter import AgentStarter
 from .processes import (AgentProcess, _terminate, agent_env, deferred_signals,
                         ignored_signals)
 
@@ -65,6 +66,8 @@ def build_topology(cfg: RunConfig, netem: bool = True):
 
 
 class Run:
+    starter: AgentStarter | None = None  # what this machine's agents are forked from
+
     def __init__(self, cfg: RunConfig, echo=print, hold: bool = False, cli: str | None = None):
         self.cfg = cfg
         self.echo = echo
@@ -279,6 +282,7 @@ class Run:
     def _launch_agents(self):
         cfg = self.cfg
         kernels.warm()  # compiled once here: the agents then load them from the cache
+        starter = self._agent_starter()
         ids = self.testbed.device_ids
         go = self.writer.dir / "agents" / "go"
         self._launch_servers()
@@ -321,7 +325,8 @@ class Run:
             argv, env, log = self._agent_command(job, w, name, path)
             with deferred_signals(), open(log, "wb") as out:
                 popen = self.testbed.start_process(w.host, argv, out, log, env,
-                                                   f"agent {name} on {w.host}", wait=False)
+                                                   f"agent {name} on {w.host}", wait=False,
+                                                   starter=starter)
                 self.agents.append(AgentProcess(job.job_id, w.index, w.host, acfg, popen, log))
         with deferred_signals():
             self.testbed.started()  # the remote ones, started at once
@@ -350,6 +355,20 @@ class Run:
             self.admission = Admission(pool, slots, self.offsets, self.events["agents_go"],
                                        self._admit, self._release)
             self.admission.step(time.time())
+
+    def _agent_starter(self) -> AgentStarter | None:
+        """The process this machine's agents are forked from (``starter.py``); None
+        where each is a process of its own: a training script, or CPU-limited hosts
+        (whose cgroups ``mnexec`` enters), or no agent on this machine."""
+        here = [w for job in self.jobs for w in job.workers
+                if getattr(self.testbed.host(w.host), "server_key", None) is None]
+        if self.script is not None or self.cfg.network.host_cpu or not here:
+            return None
+        with deferred_signals():
+            self.starter = AgentStarter("qaina_bench.hosts.agent", agent_env(),
+                                        self.writer.log_dir / "agent-starter.log")
+            self.record.add_process(self.starter.pid, "starter of the agents")
+        return self.starter
 
     def _await_agents(self):
         """Until every agent has loaded its trace (a script: PyTorch too) and is ready."""
@@ -546,6 +565,8 @@ class Run:
             self.sampler.stop()
         self.ledger.end()
         self._stop_agents()
+        if self.starter is not None:  # after its forks: it stops any left
+            self.starter.close()
         self.sums.remove()
         if self.cli_session is not None:  # what the user started from Mininet's CLI
             self.cli_session.stop_by_hand()

@@ -1,0 +1,143 @@
+"""The agent starter (``harness/running/starter.py``): each fork runs in the namespace
+it is given, its status, CPU times and output come back, signals reach it, and
+nothing it started outlives the harness."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from qaina_bench.harness.running.cpustat import CpuLedger
+from qaina_bench.harness.running.processes import agent_env
+from qaina_bench.harness.running.starter import AgentStarter, StarterError
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="setns needs root")
+HERE = Path(__file__).parent
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(check, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def starter(tmp_path):
+    env = {**agent_env(), "PYTHONPATH": str(HERE)}
+    s = AgentStarter("starter_probe", env, tmp_path / "starter.log")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def namespace():
+    """A process in a network namespace of its own, as a Mininet host's shell is."""
+    holder = subprocess.Popen(["unshare", "--net", "sleep", "120"])
+    wait_for(lambda: os.stat(f"/proc/{holder.pid}/ns/net").st_ino
+             != os.stat("/proc/self/ns/net").st_ino)
+    yield holder
+    holder.kill()
+    holder.wait()
+
+
+def seen(path: Path) -> dict:
+    wait_for(path.exists)
+    return json.loads(path.read_text())
+
+
+def test_a_fork_runs_main_in_its_hosts_namespace_and_its_status_and_times_come_back(
+        tmp_path, starter, namespace):
+    ledger = CpuLedger()
+    fork = starter.start([str(tmp_path / "seen.json"), "burn"], namespace.pid,
+                         tmp_path / "probe.log")
+    ledger.watch("probe", "agents", fork.pid)
+    ledger.begin()
+    wait_for(lambda: ledger.poll(fork) is not None)
+    ledger.end()
+    assert fork.returncode == 3 and fork.wait(1) == 3
+    got = seen(tmp_path / "seen.json")
+    assert got["net"] == os.stat(f"/proc/{namespace.pid}/ns/net").st_ino
+    assert got["cwd"] == os.getcwd()
+    assert got["ppid"] == starter.pid and got["sid"] == got["pid"]  # a session of its own
+    assert got["threads"] == "1"  # agent_env
+    assert f"probe {fork.pid} here" in (tmp_path / "probe.log").read_text()
+    user, system = fork.final_times
+    assert 0.25 <= user + system < 5
+    probe = ledger.readings()["processes"]["probe"]
+    assert probe["user_s"] + probe["system_s"] >= 0.2  # from its final times
+
+
+def test_signals_reach_the_fork_and_the_signal_comes_back_as_its_status(
+        tmp_path, starter, namespace):
+    forks = [starter.start([str(tmp_path / f"seen{i}.json"), "sleep"], namespace.pid,
+                           tmp_path / f"probe{i}.log") for i in range(2)]
+    for i, fork in enumerate(forks):
+        seen(tmp_path / f"seen{i}.json")
+        assert fork.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        forks[0].wait(0.3)
+    forks[0].terminate()
+    forks[1].kill()
+    assert forks[0].wait(10) == -signal.SIGTERM
+    assert forks[1].wait(10) == -signal.SIGKILL
+    forks[0].kill()  # ended: nothing is signalled, nothing is raised
+
+
+def test_a_fork_that_cannot_enter_its_namespace_says_why_in_its_log(tmp_path, starter):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    fork = starter.start([str(tmp_path / "seen.json"), "burn"], gone.pid,
+                         tmp_path / "probe.log")
+    assert fork.wait(10) == 1
+    assert "agent starter: FileNotFoundError" in (tmp_path / "probe.log").read_text()
+    assert not (tmp_path / "seen.json").exists()
+
+
+def test_a_starter_that_cannot_load_its_module_is_one_clear_error(tmp_path):
+    s = AgentStarter("no_such_module_here", agent_env(), tmp_path / "starter.log")
+    try:
+        with pytest.raises(StarterError, match="agent starter exited"):
+            s.start(["x"], os.getpid(), tmp_path / "x.log")
+    finally:
+        s.close()
+    assert "No module named 'no_such_module_here'" in (tmp_path / "starter.log").read_text()
+
+
+def test_what_the_starter_started_ends_when_the_harness_is_killed(tmp_path, namespace):
+    """The harness killed with -9: the starter sees its pipe close and stops its forks."""
+    harness = textwrap.dedent(f"""
+        import json, sys, time
+        from pathlib import Path
+        from qaina_bench.harness.running.processes import agent_env
+        from qaina_bench.harness.running.starter import AgentStarter
+        tmp = Path({str(tmp_path)!r})
+        s = AgentStarter("starter_probe", {{**agent_env(), "PYTHONPATH": {str(HERE)!r}}},
+                         tmp / "starter.log")
+        fork = s.start([str(tmp / "seen.json"), "sleep"], {namespace.pid}, tmp / "p.log")
+        print(json.dumps([s.pid, fork.pid]), flush=True)
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", harness], stdout=subprocess.PIPE)
+    starter_pid, fork_pid = json.loads(proc.stdout.readline())
+    seen(tmp_path / "seen.json")
+    assert alive(starter_pid) and alive(fork_pid)
+    proc.kill()
+    proc.wait()
+    wait_for(lambda: not alive(fork_pid) and not alive(starter_pid), timeout=15)
