@@ -155,6 +155,7 @@ def test_scale_csv_has_a_row_per_run_and_the_printed_spread(tmp_path):
         [("1", "this machine", "4", "20.0"), ("2", "this machine", "4", "20.0")]
     for r in got:
         assert float(r["bring_up_s"]) > 0 and float(r["job_s"]) > 0
+        assert float(r["agents_ready_s"]) > 0
         assert float(r["cpu_s_per_melem"]) > 0 and r["verdict"]
     times = [float(r["job_s"]) for r in got]
     assert f"job s {sum(times) / 2:.2f} ({min(times):.2f}-{max(times):.2f})" in out.stdout

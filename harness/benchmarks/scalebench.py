@@ -1,6 +1,7 @@
 """``qaina-bench bench scale``: how a run grows with its workers, on this machine and on
 a cluster (``--cluster``): one leaf-spine job at each size, and for each the bring-up
-time (invoked to network up and programmed), the job's completion time, the CPU
+time (invoked to network up and programmed), the agents' start (programmed to the
+start signal: every agent has loaded its trace), the job's completion time, the CPU
 seconds per million aggregated elements (every switch, agent and the harness) and the
 fidelity verdict (network-bound, or cpu-bound: the timings measure the machine)."""
 
@@ -15,7 +16,7 @@ from .testbedbench import spread_text
 #: the digits MLP's gradients of 32 workers (the bundled set has 8), recorded once
 TRACE = "digits-mlp-32w"
 RECIPE = dict(model="mlp", workers=32, iterations=2)
-COLUMNS = ("where", "workers", "bring-up s", "job s", "CPU s/Melem", "verdict")
+COLUMNS = ("where", "workers", "bring-up s", "agents s", "job s", "CPU s/Melem", "verdict")
 
 
 def scale_config(workers: int, cluster: str | None, iterations: int, bw: float | None,
@@ -43,6 +44,8 @@ def measure(cfg: RunConfig) -> dict:
     return {"where": cfg.network.cluster or "this machine",
             "workers": cfg.workload.workers,
             "bring-up s": round(ev.get("programmed", ev["invoked"]) - ev["invoked"], 2),
+            "agents s": (round(ev["agents_go"] - ev["programmed"], 2)
+                         if "agents_go" in ev and "programmed" in ev else None),
             "job s": round(job.get("job_completion_s") or float("nan"), 2),
             "CPU s/Melem": round(total / elements * 1e6, 1) if elements else None,
             "verdict": (summary.get("fidelity") or {}).get("verdict", "-")
@@ -91,7 +94,7 @@ def scale(sizes, clusters, iterations: int = 2, bw: float | None = None,
 
 #: the CSV of ``bench scale --csv``: a row per run
 CSV_COLUMNS = {"run": "run", "where": "where", "workers": "workers", "bw": "bw_mbit",
-               "bring-up s": "bring_up_s", "job s": "job_s",
+               "bring-up s": "bring_up_s", "agents s": "agents_ready_s", "job s": "job_s",
                "CPU s/Melem": "cpu_s_per_melem", "verdict": "verdict"}
 
 

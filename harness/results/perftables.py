@@ -101,13 +101,15 @@ def scale(name: str) -> Callable[[DocData], str]:
         points: dict[tuple, list[dict]] = defaultdict(list)
         for r in d.rows(name):
             points[(r["where"], int(r["workers"]), r["bw_mbit"])].append(r)
+        # the agents' start is in the CSVs of bench scale since it forks them
+        agents = all(r.get("agents_ready_s") for rs in points.values() for r in rs)
+        columns = ["bring_up_s"] + ["agents_ready_s"] * agents + ["job_s", "cpu_s_per_melem"]
         body = [[where, str(n), f"{float(bw):g} Mbit/s" if bw else "unshaped"]
-                + [spread(values(rs, c), f2) for c in ("bring_up_s", "job_s",
-                                                       "cpu_s_per_melem")]
+                + [spread(values(rs, c), f2) for c in columns]
                 + [verdicts(rs, "verdict")] for (where, n, bw), rs in points.items()]
         runs = max(len(rs) for rs in points.values())
-        return table(["where", "workers", "links", f"bring-up s ({runs} runs)", "job s",
-                      "CPU s/Melem", "verdicts"], body)
+        return table(["where", "workers", "links", f"bring-up s ({runs} runs)"]
+                     + ["agents s"] * agents + ["job s", "CPU s/Melem", "verdicts"], body)
     return make
 
 
