@@ -199,6 +199,7 @@ class Run:
             self.echo(f"  link loss {net.loss}% per direction by nftables (no netem here)")
         if net.host_cpu:
             self.echo(f"  every host limited to {net.host_cpu:g} cores of CPU time per second")
+        self._start_starter()
         self.testbed = Testbed(topo, net.target, self.writer.log_dir, self.record, nft_loss,
                                log_packets=cfg.output.switch_log, words=net.payload_words,
                                host_cpu=net.host_cpu, cluster=self.cluster)
@@ -281,8 +282,9 @@ class Run:
 
     def _launch_agents(self):
         cfg = self.cfg
-        kernels.warm()  # compiled once here: the agents then load them from the cache
-        starter = self._agent_starter()
+        starter = self.starter  # loaded while the network came up
+        if starter is None:  # compiled once here: the agents then load them from the cache
+            kernels.warm()
         ids = self.testbed.device_ids
         go = self.writer.dir / "agents" / "go"
         self._launch_servers()
@@ -356,19 +358,19 @@ class Run:
                                        self._admit, self._release)
             self.admission.step(time.time())
 
-    def _agent_starter(self) -> AgentStarter | None:
-        """The process this machine's agents are forked from (``starter.py``); None
-        where each is a process of its own: a training script, or CPU-limited hosts
-        (whose cgroups ``mnexec`` enters), or no agent on this machine."""
-        here = [w for job in self.jobs for w in job.workers
-                if getattr(self.testbed.host(w.host), "server_key", None) is None]
+    def _start_starter(self):
+        """Start the process this machine's agents will be forked from (``starter.py``;
+        it loads them, compiling the kernels where the disk cache lacks them, while
+        the network comes up). Not where each agent is a process of its own: a
+        training script, CPU-limited hosts (whose cgroups ``mnexec`` enters), or a
+        cluster without this machine."""
+        here = self.cluster is None or any(s.local for s in self.cluster.servers)
         if self.script is not None or self.cfg.network.host_cpu or not here:
-            return None
+            return
         with deferred_signals():
             self.starter = AgentStarter("qaina_bench.hosts.agent", agent_env(),
                                         self.writer.log_dir / "agent-starter.log")
             self.record.add_process(self.starter.pid, "starter of the agents")
-        return self.starter
 
     def _await_agents(self):
         """Until every agent has loaded its trace (a script: PyTorch too) and is ready."""

@@ -249,17 +249,24 @@ def _child(main, request: dict, inherited: set[int]) -> int:
         return 1
 
 
-def serve(module_name: str):
-    """Load ``module_name`` (and the agents' kernels), then start a fork per request
-    until standard input closes; report each fork's PID and its end."""
+def _load(module_name: str):
+    """Import the module (the agent's: with its kernels loaded, compiled where the
+    disk cache lacks them) and keep what is loaded out of later collections, so that
+    a fork's collector does not touch (and so copy) the pages it shares with the
+    starter."""
     import importlib
     module = importlib.import_module(module_name)
     if module_name == "qaina_bench.hosts.agent":
         from ...hosts import kernels
-        kernels.warm()  # loaded from the disk cache the harness filled
-    # What is loaded now stays out of every later collection: a fork's collector does
-    # not touch (and so copy) the pages it shares with the starter.
+        kernels.warm()
     gc.freeze()
+    return module
+
+
+def serve(module_name: str):
+    """Load ``module_name`` (and the agents' kernels), then start a fork per request
+    until standard input closes; report each fork's PID and its end."""
+    module = _load(module_name)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
