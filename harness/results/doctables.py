@@ -344,6 +344,7 @@ BLOCKS: dict[str, Callable[[DocData], str]] = {
     "table:scale-containers": scale("scale-containers"),
     "table:scale-history": history("scale-history"),
     "table:cluster-bringup": history("cluster-bringup"),
+    "table:agent-start": history("agent-start"),
     "table:scale-containers-87ce1ea": scale("scale-containers-87ce1ea"),
     "table:scale-containers-05a31ca": scale("scale-containers-05a31ca"),
     "table:overload": overload("overload"),
