@@ -64,6 +64,8 @@ def seen(path: Path) -> dict:
 
 def test_a_fork_runs_main_in_its_hosts_namespace_and_its_status_and_times_come_back(
         tmp_path, starter, namespace):
+    starter.wait_loaded(60)
+    assert starter.loaded
     ledger = CpuLedger()
     fork = starter.start([str(tmp_path / "seen.json"), "burn"], namespace.pid,
                          tmp_path / "probe.log")
@@ -113,6 +115,8 @@ def test_a_fork_that_cannot_enter_its_namespace_says_why_in_its_log(tmp_path, st
 def test_a_starter_that_cannot_load_its_module_is_one_clear_error(tmp_path):
     s = AgentStarter("no_such_module_here", agent_env(), tmp_path / "starter.log")
     try:
+        with pytest.raises(StarterError, match=r"agent starter exited \(1\); see .*starter.log"):
+            s.wait_loaded(60)
         with pytest.raises(StarterError, match="agent starter exited"):
             s.start(["x"], os.getpid(), tmp_path / "x.log")
     finally:

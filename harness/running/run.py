@@ -282,9 +282,11 @@ class Run:
 
     def _launch_agents(self):
         cfg = self.cfg
-        starter = self.starter  # loaded while the network came up
+        starter = self.starter  # loading while the network came up
         if starter is None:  # compiled once here: the agents then load them from the cache
             kernels.warm()
+        else:  # (Ctrl-C works while it waits: nothing is started meanwhile)
+            starter.wait_loaded()
         ids = self.testbed.device_ids
         go = self.writer.dir / "agents" / "go"
         self._launch_servers()

@@ -105,6 +105,7 @@ class AgentStarter:
         self._exits: dict[int, tuple] = {}  # PID -> (status, (user, system))
         self._errors: dict[int, str] = {}  # request number -> why it was not started
         self._requests = 0
+        self.loaded = False  # the starter said it has loaded the module
         self.gone = False
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name="agent starter")
@@ -120,6 +121,20 @@ class AgentStarter:
         if cmd[:3] == [sys.executable, "-m", self.module]:
             return cmd[3:]
         return None
+
+    def wait_loaded(self, timeout: float = 300.0):
+        """Until the starter has loaded its module (compiling the kernels where the
+        disk cache lacks them can take a while on a busy machine)."""
+        deadline = time.monotonic() + timeout
+        with self._news:
+            while not self.loaded:
+                if self.gone:
+                    raise StarterError(self._why_gone())
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StarterError(f"the agent starter did not load {self.module} in "
+                                       f"{timeout:.0f} s (log {self._log.name})")
+                self._news.wait(min(left, 1.0))
 
     def start(self, argv: list[str], namespace_pid: int, log: Path,
               timeout: float = 60.0) -> Forked:
@@ -182,23 +197,30 @@ class AgentStarter:
         for line in self.proc.stdout:
             try:
                 news = json.loads(line)
-            except ValueError:
-                continue
-            with self._news:
-                if "pid" in news and "n" in news:
-                    self._pids[news["n"]] = news["pid"]
-                elif "error" in news:
-                    self._errors[news["n"]] = news["error"]
-                elif "exit" in news:
-                    self._exits[news["exit"]] = (news["status"],
-                                                 (news["user_s"], news["system_s"]))
-                self._news.notify_all()
+                with self._news:
+                    self._note(news)
+                    self._news.notify_all()
+            except (ValueError, KeyError, TypeError):
+                continue  # not the starter's (a line it did not write)
         with self._news:
             self.gone = True
             self._news.notify_all()
 
+    def _note(self, news: dict):
+        if news.get("loaded"):
+            self.loaded = True
+        elif "pid" in news:
+            self._pids[news["n"]] = news["pid"]
+        elif "error" in news:
+            self._errors[news["n"]] = news["error"]
+        elif "exit" in news:
+            self._exits[news["exit"]] = (news["status"], (news["user_s"], news["system_s"]))
+
     def _why_gone(self) -> str:
-        code = self.proc.poll()
+        try:
+            code = self.proc.wait(2)
+        except subprocess.TimeoutExpired:
+            code = None
         return (f"the agent starter exited ({code if code is not None else 'pipe closed'});"
                 f" see {self._log.name}")
 
@@ -294,6 +316,7 @@ def serve(module_name: str):
             say(exit=pid, status=os.waitstatus_to_exitcode(status),
                 user_s=usage.ru_utime, system_s=usage.ru_stime)
 
+    say(loaded=True)
     while True:
         ready, _, _ = select.select([0, wake_r], [], [])
         if wake_r in ready:
