@@ -218,6 +218,41 @@ def test_after_kill_9_of_the_cli_the_next_run_removes_what_it_left(tmp_path):
     assert record_of("killed") is None
 
 
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def test_the_agents_are_forks_of_the_recorded_starter_and_end_with_a_killed_cli(tmp_path):
+    """The run record lists the starter and every agent; each agent is its fork (in its
+    host's network namespace); kill -9 of the CLI closes the starter's pipe, and the
+    starter stops the agents and exits, while the switch waits for ``clean``."""
+    proc = cli(tmp_path, "forked", "--iterations", "12", "--bits", "32", "--bw", "0.5")
+    try:
+        wait_for(lambda: iterating(tmp_path, "forked"), what="the first iteration")
+        record = record_of("forked")
+        starter = [p["pid"] for p in record["processes"] if p["what"] == "starter of the agents"]
+        agents = [p["pid"] for p in record["processes"] if p["what"].startswith("agent ")]
+        assert len(starter) == 1 and len(agents) == 4
+        assert {parent_of(pid) for pid in agents} == {starter[0]}
+        root_net = os.stat("/proc/self/ns/net").st_ino
+        assert all(os.stat(f"/proc/{pid}/ns/net").st_ino != root_net for pid in agents)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    wait_for(lambda: all(parent_of(pid) is None for pid in agents + starter), timeout=30,
+             what="the starter and the agents to end")
+    left = leftovers(record)
+    assert left and not any(line.startswith(("process agent", "process starter"))
+                            for line in left), left
+    assert subprocess.run([sys.executable, "-m", "qaina_bench.harness.cli", "clean"],
+                          capture_output=True).returncode == 0
+    assert leftovers(record) == []
+
+
 def test_a_switch_that_dies_is_named_with_its_log_and_nothing_is_left(tmp_path, monkeypatch):
     from qaina_bench.harness.switches import targets
     from qaina_bench.harness.switches.targets import TargetError
