@@ -125,16 +125,8 @@ class AgentStarter:
     def wait_loaded(self, timeout: float = 300.0):
         """Until the starter has loaded its module (compiling the kernels where the
         disk cache lacks them can take a while on a busy machine)."""
-        deadline = time.monotonic() + timeout
         with self._news:
-            while not self.loaded:
-                if self.gone:
-                    raise StarterError(self._why_gone())
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise StarterError(f"the agent starter did not load {self.module} in "
-                                       f"{timeout:.0f} s (log {self._log.name})")
-                self._news.wait(min(left, 1.0))
+            self._await(lambda: self.loaded, timeout, f"load {self.module}")
 
     def start(self, argv: list[str], namespace_pid: int, log: Path,
               timeout: float = 60.0) -> Forked:
@@ -149,20 +141,29 @@ class AgentStarter:
             self.proc.stdin.flush()
         except (BrokenPipeError, ValueError):
             raise StarterError(self._why_gone()) from None
-        deadline = time.monotonic() + timeout
+
+        def refused() -> str | None:
+            if number in self._errors:
+                return (f"the agent starter could not start {' '.join(argv)}: "
+                        f"{self._errors.pop(number)}")
+            return None
         with self._news:
-            while number not in self._pids:
-                if number in self._errors:
-                    raise StarterError(f"the agent starter could not start "
-                                       f"{' '.join(argv)}: {self._errors.pop(number)}")
-                if self.gone:
-                    raise StarterError(self._why_gone())
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise StarterError(f"the agent starter did not start a process in "
-                                       f"{timeout:.0f} s (log {self._log.name})")
-                self._news.wait(left)
+            self._await(lambda: number in self._pids, timeout, "start a process", refused)
             return Forked(self, self._pids.pop(number))
+
+    def _await(self, done, timeout: float, what: str, refused=lambda: None):
+        """Wait, holding ``_news``, until ``done()``; raises ``StarterError`` with what
+        ``refused()`` says, when the starter is gone, or after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            why = refused() or (self._why_gone() if self.gone else None)
+            if why:
+                raise StarterError(why)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StarterError(f"the agent starter did not {what} in {timeout:.0f} s "
+                                   f"(log {self._log.name})")
+            self._news.wait(min(left, 1.0))
 
     def exit_of(self, pid: int) -> tuple | None:
         """(exit status, (user, system) CPU seconds) of a fork that ended, else None;
