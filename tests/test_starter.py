@@ -145,3 +145,57 @@ def test_what_the_starter_started_ends_when_the_harness_is_killed(tmp_path, name
     proc.kill()
     proc.wait()
     wait_for(lambda: not alive(fork_pid) and not alive(starter_pid), timeout=15)
+
+
+def remote_launch(tmp_path, name: str, ns_pid: int, *args: str) -> subprocess.Popen:
+    """``remote launch --starter`` as a server of a cluster runs it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "qaina_bench.harness.running.remote", "launch", "--log",
+         str(tmp_path / "probe.log"), "--starter", name, "--ns-pid", str(ns_pid), "--",
+         *args], stdout=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def listening(tmp_path):
+    """A starter listening on an abstract socket, as on a server of a cluster."""
+    name = f"qaina-test-starter-{os.getpid()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qaina_bench.harness.running.forkserver", "--listen", name,
+         "starter_probe"], env={**agent_env(), "PYTHONPATH": str(HERE)},
+        stdout=subprocess.PIPE, start_new_session=True)
+    assert json.loads(proc.stdout.readline()) == {"loaded": True}
+    yield name, proc
+    proc.kill()
+    proc.wait()
+
+
+def test_remote_launch_through_a_listening_starter_gives_the_forks_pid_and_status(
+        tmp_path, listening, namespace):
+    name, starter = listening
+    launch = remote_launch(tmp_path, name, namespace.pid, str(tmp_path / "seen.json"), "burn")
+    info = json.loads(launch.stdout.readline())
+    got = seen(tmp_path / "seen.json")
+    assert info["pid"] == got["pid"] and got["ppid"] == starter.pid
+    assert got["net"] == os.stat(f"/proc/{namespace.pid}/ns/net").st_ino
+    assert launch.wait(30) == 3  # the fork's status is the launch's
+    assert f"probe {info['pid']} here" in (tmp_path / "probe.log").read_text()
+
+
+def test_sigterm_to_a_listening_starter_stops_its_forks_and_their_launches_end(
+        tmp_path, listening, namespace):
+    name, starter = listening
+    launch = remote_launch(tmp_path, name, namespace.pid, str(tmp_path / "seen.json"), "sleep")
+    pid = json.loads(launch.stdout.readline())["pid"]
+    seen(tmp_path / "seen.json")
+    starter.terminate()
+    assert launch.wait(30) == 128 + signal.SIGTERM
+    assert starter.wait(30) == 0
+    wait_for(lambda: not alive(pid))
+
+
+def test_remote_launch_without_a_starter_there_is_one_line(tmp_path):
+    launch = remote_launch(tmp_path, f"qaina-test-nobody-{os.getpid()}", os.getpid(), "x")
+    out, _ = launch.communicate(timeout=30)
+    assert launch.returncode == 1
+    assert out.startswith(f"agent starter qaina-test-nobody-{os.getpid()} on ")
+    assert "Connection refused" in out and len(out.strip().splitlines()) == 1

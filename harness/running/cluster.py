@@ -207,6 +207,17 @@ class ClusterNode(RemoteMixin):
         return self.popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, mncmd=["mnexec", "-a", str(self.pid)])
 
+    def launch_forked(self, argv: list[str], log: Path, starter: str):
+        """``launch_begin`` of an agent forked by the starter listening on ``starter``
+        on this node's server (``remote launch --starter``): it runs ``argv`` in this
+        node's namespaces, its output to ``log``."""
+        wrapped = [sys.executable, "-m", "qaina_bench.harness.running.remote", "launch",
+                   "--log", str(log), "--starter", starter, "--ns-pid", str(self.pid),
+                   "--"] + argv
+        # outside the namespace: the starter's socket is in the server's own
+        return self.popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, mncmd=[])
+
     def launch_end(self, popen, what: str) -> tuple[int, float]:
         """The remote PID and start time of the process ``launch_begin`` started."""
         line = popen.stdout.readline().decode(errors="replace").strip()

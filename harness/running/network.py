@@ -496,14 +496,14 @@ class Testbed(ClusterParts):
         """Start ``cmd`` on Mininet host ``host`` (its output to ``out``, the open
         ``log``) and record it; on another server of a cluster through ``remote
         launch``, recorded there by its PID (``wait``: now; else by ``started``, so
-        that several start at once) and stopped by ``stop``. On this machine, a
-        command that ``starter`` (``harness/running/starter.py``) runs is forked from
-        it."""
+        that several start at once) and stopped by ``stop``. An agent is forked by
+        ``starter``'s (``harness/running/starter.py``) on its server where there is
+        one."""
         node = self.net.get(host)
         server = getattr(node, "server_key", None)
-        args = starter.arguments(cmd) if starter is not None and server is None else None
-        if args is not None:
-            popen = starter.start(args, node.pid, log)
+        args = starter.arguments(cmd) if starter is not None else None
+        if args is not None and server is None and starter.local is not None:
+            popen = starter.local.start(args, node.pid, log)
             self.record.add_process(popen.pid, what)
             return popen
         if server is None:
@@ -511,7 +511,9 @@ class Testbed(ClusterParts):
             self.record.add_process(popen.pid, what)
             return popen
         from .cluster import agent_environment
-        popen = node.launch_begin(cmd, log, agent_environment())
+        there = starter.remote.get(server) if args is not None else None
+        popen = (node.launch_forked(args, log, there) if there is not None
+                 else node.launch_begin(cmd, log, agent_environment()))
         self.record.add_process(popen.pid, f"ssh to {what}")
         self._starting.append((node, popen, what))
         if wait:

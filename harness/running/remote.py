@@ -2,6 +2,10 @@
 
 * ``launch --log PATH -- CMD...``: print ``{"pid", "started"}`` as one JSON line, then
   become CMD (same PID) with its output appended to PATH;
+* ``launch --log PATH --starter NAME --ns-pid PID -- ARGS...``: ask the agent starter
+  listening on NAME there (``forkserver.py``) for a fork that runs ARGS in the
+  namespaces of process PID, print its ``{"pid", "started"}``, wait for its end and
+  exit with its status;
 * ``port``: a free TCP port of the server;
 * ``remove`` / ``leftovers``: a run record's part for this server (JSON on stdin:
   ``processes``, ``interfaces``, ``nft_tables``, ``cgroups``) removed, or what of it still
@@ -24,8 +28,12 @@ import sys
 
 
 def launch(args: list[str]) -> int:
+    if len(args) >= 8 and args[0] == "--log" and args[2] == "--starter" \
+            and args[4] == "--ns-pid" and args[6] == "--" and args[5].isdigit():
+        return launch_forked(args[1], args[3], int(args[5]), args[7:])
     if len(args) < 4 or args[0] != "--log" or args[2] != "--":
-        print("usage: launch --log PATH -- CMD...", file=sys.stderr)
+        print("usage: launch --log PATH [--starter NAME --ns-pid PID] -- CMD...",
+              file=sys.stderr)
         return 2
     import psutil
     log, cmd = args[1], args[3:]
@@ -42,6 +50,37 @@ def launch(args: list[str]) -> int:
         pass  # a session leader already
     os.execvp(cmd[0], cmd)
     return 127
+
+
+def launch_forked(log: str, starter: str, ns_pid: int, argv: list[str],
+                  timeout: float = 300.0) -> int:
+    """``launch --starter``: the fork's PID and start time as ``launch`` prints its
+    own, then its exit status (a signal N as 128 + N, as a shell gives it)."""
+    import psutil
+    os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(timeout)  # for the starter's answer (it may still be loading)
+    try:
+        conn.connect("\0" + starter)
+        request = {"n": 1, "argv": argv, "ns_pid": ns_pid, "log": log}
+        conn.sendall(json.dumps(request).encode() + b"\n")
+        news = conn.makefile("rb")
+        answer = json.loads(news.readline())
+        if "pid" not in answer:
+            raise OSError(answer.get("error", "no fork"))
+        pid = answer["pid"]
+        try:
+            started = psutil.Process(pid).create_time()
+        except psutil.Error:  # ended already
+            started = None
+        print(json.dumps({"pid": pid, "started": started}), flush=True)
+        conn.settimeout(None)
+        ended = json.loads(news.readline())
+    except (OSError, ValueError) as exc:
+        print(f"agent starter {starter} on {socket.gethostname()}: {exc}", flush=True)
+        return 1
+    status = ended["status"]
+    return status if status >= 0 else 128 - status
 
 
 def free_port() -> int:

@@ -45,7 +45,7 @@ from .remotesampling import remote_samplers
 from .runmeta import new_run_id, write_results
 from .sampling import Sampler
 from ..trainscript import ScriptLauncher
-from .starter import AgentStarter
+from .starter import Starters
 from .processes import (AgentProcess, _terminate, agent_env, deferred_signals,
                         ignored_signals)
 
@@ -66,7 +66,7 @@ def build_topology(cfg: RunConfig, netem: bool = True):
 
 
 class Run:
-    starter: AgentStarter | None = None  # what this machine's agents are forked from
+    starter: Starters | None = None  # what the agents are forked from, on every server
 
     def __init__(self, cfg: RunConfig, echo=print, hold: bool = False, cli: str | None = None):
         self.cfg = cfg
@@ -361,18 +361,16 @@ class Run:
             self.admission.step(time.time())
 
     def _start_starter(self):
-        """Start the process this machine's agents will be forked from (``starter.py``;
-        it loads them, compiling the kernels where the disk cache lacks them, while
-        the network comes up). Not where each agent is a process of its own: a
-        training script, CPU-limited hosts (whose cgroups ``mnexec`` enters), or a
-        cluster without this machine."""
-        here = self.cluster is None or any(s.local for s in self.cluster.servers)
-        if self.script is not None or self.cfg.network.host_cpu or not here:
+        """Start the processes the agents will be forked from (``starter.py``; they
+        load them, compiling the kernels where the disk cache lacks them, while the
+        network comes up). Not where each agent is a process of its own: a training
+        script, or CPU-limited hosts (whose cgroups ``mnexec`` enters)."""
+        if self.script is not None or self.cfg.network.host_cpu:
             return
         with deferred_signals():
-            self.starter = AgentStarter("qaina_bench.hosts.agent", agent_env(),
-                                        self.writer.log_dir / "agent-starter.log")
-            self.record.add_process(self.starter.pid, "starter of the agents")
+            self.starter = Starters(self.writer.log_dir, self.record, self.cluster,
+                                    name=f"qaina-bench-starter-{self.cfg.output.run_id}"[:100])
+            self.starter.start()
 
     def _await_agents(self):
         """Until every agent has loaded its trace (a script: PyTorch too) and is ready."""

@@ -2,39 +2,36 @@
 
 An agent process spends most of its start importing numpy and numba and loading its
 compiled kernels (about 0.7 s of CPU each): a run of 16 agents on 2 cores waited
-seconds for that alone. ``AgentStarter`` starts one *starter* process per run
-(``python -m qaina_bench.harness.running.starter``) that imports a host program's
-module once and loads the kernels; each agent is then a fork of it that enters its
-Mininet host's network namespace (``setns``) and calls the module's ``main(argv)``.
-Nothing it computes is shared between agents or runs: each fork starts from the
-starter's state, as a fresh process would from the disk cache.
+seconds for that alone. A run starts one *starter* per machine that has agents
+(``harness/running/forkserver.py``), which imports the agent once and loads the
+kernels while the network comes up; each agent is then a fork of it that enters its
+Mininet host's namespaces (``setns``) and calls the agent's ``main(argv)``. Nothing
+it computes is shared between agents or runs: each fork starts from the starter's
+state, as a fresh process would from the disk cache.
 
-The starter speaks JSON lines: on its standard input a request per process to start,
-on its standard output the PID of each fork, then its exit status and CPU times (from
-``wait4``, so that a run's CPU ledger gets an agent's final times although the
-harness is not its parent). ``Forked`` is the harness's handle of one fork, with
-``subprocess.Popen``'s ``pid``, ``poll``, ``wait``, ``send_signal``, ``terminate`` and
-``kill``; signals go through a pidfd, so a PID the kernel reused is never signalled.
-When the harness goes (its end of the pipe closes), the starter stops what it
-started and exits.
+* ``AgentStarter``: this machine's starter, spoken to over its standard input and
+  output. ``Forked`` is the harness's handle of one of its forks, with
+  ``subprocess.Popen``'s ``pid``, ``poll``, ``wait``, ``send_signal``, ``terminate``
+  and ``kill``; signals go through a pidfd, so a PID the kernel reused is never
+  signalled, and the fork's final CPU times come from the starter (``wait4``), as the
+  harness is not its parent. When the harness goes (the pipe closes), the starter
+  stops what it started and exits.
+* ``RemoteStarters``: a starter on each other server of a cluster, listening on an
+  abstract unix socket there; ``remote launch --starter`` asks it for each agent, so
+  that the harness keeps its ssh session per agent, its record and its stop as for
+  any remote process.
 """
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-
-CLONE_NEWNS = 0x00020000
-CLONE_NEWNET = 0x40000000
 
 
 class StarterError(OSError):
@@ -98,7 +95,7 @@ class AgentStarter:
         self.module = module
         self._log = open(log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, module], env=env, stdin=subprocess.PIPE,
+            [sys.executable, "-m", "qaina_bench.harness.running.forkserver", module], env=env, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self._log, start_new_session=True)
         self._news = threading.Condition()
         self._pids: dict[int, int] = {}  # request number -> PID
@@ -114,13 +111,6 @@ class AgentStarter:
     @property
     def pid(self) -> int:
         return self.proc.pid
-
-    def arguments(self, cmd: list[str]) -> list[str] | None:
-        """The arguments of ``cmd`` if it runs the starter's module in this Python
-        (``python -m MODULE ARGS...``), else None."""
-        if cmd[:3] == [sys.executable, "-m", self.module]:
-            return cmd[3:]
-        return None
 
     def wait_loaded(self, timeout: float = 300.0):
         """Until the starter has loaded its module (compiling the kernels where the
@@ -226,142 +216,86 @@ class AgentStarter:
                 f" see {self._log.name}")
 
 
-# -- the starter process -----------------------------------------------------------------
+class Starters:
+    """A run's agent starters: this machine's (``local``, None where no agent runs
+    here) and one on each other server of its cluster (``remote``: server name -> the
+    name of the abstract unix socket its starter listens on there)."""
 
-def _setns(path: str, kind: int):
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if libc.setns(fd, kind) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns {path}: {os.strerror(err)}")
-    finally:
-        os.close(fd)
+    MODULE = "qaina_bench.hosts.agent"
 
+    def __init__(self, log_dir: Path, record, cluster=None, name: str = "qaina-starter"):
+        self.log_dir = Path(log_dir)
+        self.record = record
+        self.cluster = cluster
+        self.name = name
+        self.local: AgentStarter | None = None
+        self.remote: dict[str, str] = {}
+        self._there: list[tuple] = []  # (server, ssh session, PID there)
 
-def _enter(ns_pid: int):
-    """Join the network namespace of ``ns_pid`` (and its mount namespace where it has
-    one of its own), as ``mnexec -a`` does, in the same working directory."""
-    cwd = os.getcwd()
-    for kind, flag in (("net", CLONE_NEWNET), ("mnt", CLONE_NEWNS)):
-        there = f"/proc/{ns_pid}/ns/{kind}"
-        if os.stat(there).st_ino != os.stat(f"/proc/self/ns/{kind}").st_ino:
-            _setns(there, flag)
-    os.chdir(cwd)
-
-
-def _child(main, request: dict, inherited: set[int]) -> int:
-    """In the fork: the namespace, the output, then ``main``; returns its status."""
-    os.setsid()
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    for fd in inherited | {log, null}:
-        os.close(fd)
-    try:
-        _enter(request["ns_pid"])
-        return main(request["argv"]) or 0
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 1
-    except BaseException as exc:  # noqa: BLE001 - the fork must never return
-        print(f"agent starter: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-
-
-def _load(module_name: str):
-    """Import the module (the agent's: with its kernels loaded, compiled where the
-    disk cache lacks them) and keep what is loaded out of later collections, so that
-    a fork's collector does not touch (and so copy) the pages it shares with the
-    starter."""
-    import importlib
-    module = importlib.import_module(module_name)
-    if module_name == "qaina_bench.hosts.agent":
-        from ...hosts import kernels
-        kernels.warm()
-    gc.freeze()
-    return module
-
-
-def serve(module_name: str):
-    """Load ``module_name`` (and the agents' kernels), then start a fork per request
-    until standard input closes; report each fork's PID and its end."""
-    module = _load(module_name)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.set_wakeup_fd(wake_w)
-    out = sys.stdout.buffer
-    running: set[int] = set()
-    pending = b""
-
-    def say(**news):
-        try:
-            out.write(json.dumps(news).encode() + b"\n")
-            out.flush()
-        except OSError:  # the harness is gone (killed): its forks are stopped below
-            pass
-
-    def reap():
-        while running:
+    def start(self):
+        """Start them all; each is recorded as soon as it exists."""
+        from .processes import agent_env
+        servers = self.cluster.servers if self.cluster is not None else []
+        if self.cluster is None or any(s.local for s in servers):
+            self.local = AgentStarter(self.MODULE, agent_env(),
+                                      self.log_dir / "agent-starter.log")
+            self.record.add_process(self.local.pid, "starter of the agents")
+        sessions = [(s, self._launch(s)) for s in servers if not s.local]
+        for server, popen in sessions:
+            line = popen.stdout.readline().decode(errors="replace").strip()
             try:
-                pid, status, usage = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            running.discard(pid)
-            say(exit=pid, status=os.waitstatus_to_exitcode(status),
-                user_s=usage.ru_utime, system_s=usage.ru_stime)
+                info = json.loads(line)
+                pid, started = int(info["pid"]), info["started"]
+            except (ValueError, KeyError, TypeError):
+                popen.kill()
+                raise StarterError(f"starting the agent starter on {server.name} failed: "
+                                   f"{line or 'no answer'}") from None
+            self.record.add_remote_process(server.name, server.user, pid, started,
+                                           "starter of the agents")
+            self._there.append((server, popen, pid))
+            self.remote[server.name] = self.name
 
-    say(loaded=True)
-    while True:
-        ready, _, _ = select.select([0, wake_r], [], [])
-        if wake_r in ready:
-            os.read(wake_r, 512)
-            reap()
-        if 0 not in ready:
-            continue
-        data = os.read(0, 65536)
-        if not data:
-            break
-        pending += data
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            request = json.loads(line)
-            sys.stdout.flush()
+    def _launch(self, server) -> subprocess.Popen:
+        """The starter on ``server`` through ``remote launch`` (recorded by its ssh
+        session here until its PID there is known)."""
+        from .cluster import agent_environment
+        log = self.log_dir / f"agent-starter-{server.name}.log"
+        env = [f"{k}={v}" for k, v in agent_environment().items()]
+        sudo = ["sudo", "-E"] if server.user != "root" else []
+        cmd = server.ssh(*sudo, sys.executable, "-m", "qaina_bench.harness.running.remote",
+                         "launch", "--log", str(log), "--", "env", *env, sys.executable,
+                         "-m", "qaina_bench.harness.running.forkserver", "--listen",
+                         self.name, self.MODULE, lasting=True)
+        popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+        self.record.add_process(popen.pid, f"ssh to starter of the agents on {server.name}")
+        return popen
+
+    def arguments(self, cmd: list[str]) -> list[str] | None:
+        """The agent's arguments if ``cmd`` runs the agent in this Python, else None."""
+        if cmd[:3] == [sys.executable, "-m", self.MODULE]:
+            return cmd[3:]
+        return None
+
+    def wait_loaded(self):
+        if self.local is not None:
+            self.local.wait_loaded()
+
+    def close(self):
+        """Every starter stopped (each stops what it started): this machine's, and the
+        other servers' with TERM there (KILL after 8 s), all at once."""
+        if self.local is not None:
+            self.local.close()
+        stops = [subprocess.Popen(
+            server.ssh("sh", "-c", f"kill {pid} 2>/dev/null; for i in $(seq 80); do "
+                       f"kill -0 {pid} 2>/dev/null || exit 0; sleep 0.1; done; "
+                       f"kill -9 {pid} 2>/dev/null; true"),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True) for server, _, pid in self._there]
+        for popen in stops + [p for _, p, _ in self._there]:
             try:
-                pid = os.fork()
-            except OSError as exc:
-                say(n=request["n"], error=str(exc))
-                continue
-            if pid == 0:
-                code = _child(module.main, request, {wake_r, wake_w})
-                try:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                finally:
-                    os._exit(code)
-            running.add(pid)
-            say(n=request["n"], pid=pid)
-    for pid in running:  # the harness went: nothing it started stays
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 5
-    while running and time.monotonic() < deadline:
-        reap()
-        time.sleep(0.05)
-    for pid in running:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-if __name__ == "__main__":
-    serve(sys.argv[1])
+                popen.wait(15)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait()
+        self._there.clear()
