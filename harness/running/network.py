@@ -496,8 +496,8 @@ class Testbed(ClusterParts):
         """Start ``cmd`` on Mininet host ``host`` (its output to ``out``, the open
         ``log``) and record it; on another server of a cluster through ``remote
         launch``, recorded there by its PID (``wait``: now; else by ``started``, so
-        that several start at once) and stopped by ``stop``. An agent is forked by
-        ``starter``'s (``harness/running/starter.py``) on its server where there is
+        that several start at once) and stopped by ``stop``. An agent is forked by the
+        starter of its server where ``starter`` (``harness/running/starter.py``) has
         one."""
         node = self.net.get(host)
         server = getattr(node, "server_key", None)
