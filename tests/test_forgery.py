@@ -85,12 +85,24 @@ while time.monotonic() < end:
 """
 
 
-def run_with(cfg: RunConfig, host: str, command, event="agents_go") -> tuple[dict, Run, object]:
+def run_with(cfg: RunConfig, host: str, command, event="agents_go",
+             ready=None) -> tuple[dict, Run, object]:
     """Run ``cfg``; at ``event`` of the run, host ``host`` starts ``command(run)``
-    (argv). Returns the summary, the run and the process started."""
+    (argv); with ``ready``, the agents go only once ``ready()`` is true (the process
+    is under way, however long it took to start). Returns the summary, the run and
+    the process started."""
     import threading
     run = Run(cfg, echo=lambda *a, **k: None)
     started = []
+    if ready is not None:
+        agents_ready = run._await_agents
+
+        def await_agents_and_ready():
+            agents_ready()
+            deadline = time.monotonic() + 60
+            while not ready() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        run._await_agents = await_agents_and_ready
 
     def start():
         deadline = time.monotonic() + 60
@@ -144,8 +156,10 @@ def test_forged_aggregates_are_dropped_by_the_switch(tmp_path, target):
                 aggregator_mac(1), aggregator_ip(1), h3.IP(), str(cfg.network.payload_words),
                 str(report)]
 
-    # From the moment the switch is programmed, so that it sends while the agents run.
-    summary, run, forger = run_with(cfg, "h3", command, event="programmed")
+    # From the moment the switch is programmed; the agents go once it sends, so that it
+    # sends while they run, however fast they start.
+    summary, run, forger = run_with(cfg, "h3", command, event="programmed",
+                                    ready=report.exists)
     forger.wait(30)
     assert report.exists(), forger.stderr.read()
     spoofed, own, first, last = (float(x) for x in report.read_text().split())
