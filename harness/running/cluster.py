@@ -199,9 +199,7 @@ class ClusterNode(RemoteMixin):
     def launch_begin(self, cmd: list[str], log: Path, env: dict | None = None):
         """``launch``'s first half: the local ssh process, the remote one starting
         (``launch_end`` waits for it: several can start at once)."""
-        env_words = [f"{k}={v}" for k, v in (env or {}).items()]
-        wrapped = [sys.executable, "-m", "qaina_bench.harness.running.remote", "launch",
-                   "--log", str(log), "--"] + (["env"] + env_words if env_words else []) + cmd
+        wrapped = remote_launch(log, cmd, env)
         # mnexec without -d: over ssh the command leads its process group, and
         # ``mnexec -d`` would fork and return at once
         return self.popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -231,8 +229,20 @@ class ClusterNode(RemoteMixin):
 
     def kill_remote(self, pid: int):
         """Stop remote process ``pid`` (TERM, then KILL after 3 s) on this node's server."""
-        self.rcmd(f"kill {pid} 2>/dev/null; for i in $(seq 30); do kill -0 {pid} "
-                  f"2>/dev/null || exit 0; sleep 0.1; done; kill -9 {pid} 2>/dev/null; true")
+        self.rcmd(stop_script(pid, 3))
+
+
+def remote_launch(log: Path, cmd: list[str], env: dict | None = None) -> list[str]:
+    """``remote launch`` of ``cmd`` (with ``env`` added), its output to ``log``."""
+    env_words = [f"{k}={v}" for k, v in (env or {}).items()]
+    return ([sys.executable, "-m", "qaina_bench.harness.running.remote", "launch",
+             "--log", str(log), "--"] + (["env"] + env_words if env_words else []) + cmd)
+
+
+def stop_script(pid: int, grace: float) -> str:
+    """A shell line that stops process ``pid``: TERM, then KILL after ``grace`` s."""
+    return (f"kill {pid} 2>/dev/null; for i in $(seq {round(grace * 10)}); do kill -0 "
+            f"{pid} 2>/dev/null || exit 0; sleep 0.1; done; kill -9 {pid} 2>/dev/null; true")
 
 
 def each_then_first_failure(steps) -> None:

@@ -16,7 +16,8 @@ state, as a fresh process would from the disk cache.
   signalled, and the fork's final CPU times come from the starter (``wait4``), as the
   harness is not its parent. When the harness goes (the pipe closes), the starter
   stops what it started and exits.
-* ``RemoteStarters``: a starter on each other server of a cluster, listening on an
+* ``Starters``: a run's starters, this machine's and one on each other server of a
+  cluster, listening on an
   abstract unix socket there; ``remote launch --starter`` asks it for each agent, so
   that the harness keeps its ssh session per agent, its record and its stop as for
   any remote process.
@@ -258,14 +259,13 @@ class Starters:
     def _launch(self, server) -> subprocess.Popen:
         """The starter on ``server`` through ``remote launch`` (recorded by its ssh
         session here until its PID there is known)."""
-        from .cluster import agent_environment
+        from .cluster import agent_environment, remote_launch
         log = self.log_dir / f"agent-starter-{server.name}.log"
-        env = [f"{k}={v}" for k, v in agent_environment().items()]
         sudo = ["sudo", "-E"] if server.user != "root" else []
-        cmd = server.ssh(*sudo, sys.executable, "-m", "qaina_bench.harness.running.remote",
-                         "launch", "--log", str(log), "--", "env", *env, sys.executable,
-                         "-m", "qaina_bench.harness.running.forkserver", "--listen",
-                         self.name, self.MODULE, lasting=True)
+        forkserver = [sys.executable, "-m", "qaina_bench.harness.running.forkserver",
+                      "--listen", self.name, self.MODULE]
+        cmd = server.ssh(*sudo, *remote_launch(log, forkserver, agent_environment()),
+                         lasting=True)
         popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, start_new_session=True)
         self.record.add_process(popen.pid, f"ssh to starter of the agents on {server.name}")
@@ -284,12 +284,11 @@ class Starters:
     def close(self):
         """Every starter stopped (each stops what it started): this machine's, and the
         other servers' with TERM there (KILL after 8 s), all at once."""
+        from .cluster import stop_script
         if self.local is not None:
             self.local.close()
         stops = [subprocess.Popen(
-            server.ssh("sh", "-c", f"kill {pid} 2>/dev/null; for i in $(seq 80); do "
-                       f"kill -0 {pid} 2>/dev/null || exit 0; sleep 0.1; done; "
-                       f"kill -9 {pid} 2>/dev/null; true"),
+            server.ssh("sh", "-c", stop_script(pid, 8)),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True) for server, _, pid in self._there]
         for popen in stops + [p for _, p, _ in self._there]:
