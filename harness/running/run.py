@@ -496,6 +496,9 @@ class Run:
         shown = ""
         try:
             while True:
+                # Read first, so that the pass that ends the loop has checked every agent
+                # and let every job whose agents all ended leave (exits land meanwhile).
+                ended = all(self.ledger.poll(a.popen) is not None for a in self.agents)
                 self._check_agents()
                 if self.sampler.error:
                     raise RunError(self.sampler.error)
@@ -508,7 +511,7 @@ class Run:
                 if line != shown:
                     self.echo("\r" + line, nl=False)
                     shown = line
-                if all(self.ledger.poll(a.popen) is not None for a in self.agents):
+                if ended:
                     break
                 if time.time() - t0 > cfg.output.timeout:
                     self.status = "timeout"
