@@ -394,6 +394,11 @@ for entry in rec["ports"]:
 assert len(checked) == 3, checked  # lf2 on qb-b, sp1 and sp2 on qb-c
 print(f"  P4Runtime of {', '.join(checked)}: read from qb-a ({len(counters)} counters), "
       "refused from the other container")
+# the agents' starters run where hosts are: qb-b (h2), not qb-c (the spines alone)
+starters = sorted(server for server, part in rec["servers"].items()
+                  for p in part["processes"] if p["what"] == "starter of the agents")
+assert starters == ["qb-b"], starters
+print("  agents' starter on qb-b, none on qb-c (spines only)")
 CHECK
 docker cp "$work/p4rt_check.py" qb-a:/tmp/p4rt_check.py
 export held_target

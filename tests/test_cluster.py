@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from qaina_bench.harness.cli import main
-from qaina_bench.harness.running.cluster import Cluster, Server, each_then_first_failure, place
+from qaina_bench.harness.running.cluster import (Cluster, Server, each_then_first_failure,
+                                                host_servers, place)
 from qaina_bench.harness.running.run import build_topology
 from qaina_bench.harness.config import RunConfig
 from qaina_bench.settings import ConfigError
@@ -121,6 +122,15 @@ def test_each_leaf_goes_with_its_hosts_and_the_spines_go_to_the_last_server():
     assert where["sp1"] == where["sp2"] == "c"
     for h in (f"h{i}" for i in range(1, 9)):  # h1 on lf1, h2 on lf2, ...
         assert where[h] == ("a" if int(h[1:]) % 2 else "b")
+
+
+def test_agents_starters_go_only_to_the_servers_with_hosts(tmp_path):
+    topo = build_topology(RunConfig.flat(topo="leafspine", jobs=2, workers=4))
+    assert host_servers(Cluster.parse("a,b,c"), topo) == {"a", "b"}  # c: the spines
+    spec = tmp_path / "c.yaml"
+    spec.write_text("servers: [a, b, c]\npin: {h3: c}\n")
+    assert host_servers(Cluster.parse(str(spec)), topo) == {"a", "b", "c"}
+    assert host_servers(None, topo) is None
 
 
 def test_on_one_server_everything_is_there_and_pins_win(tmp_path):

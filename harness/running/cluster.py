@@ -139,6 +139,14 @@ def place(cluster: Cluster, switches: list[str], hosts: list[str],
     return out
 
 
+def host_servers(cluster: Cluster | None, topo) -> set[str] | None:
+    """The servers ``place`` puts the hosts of ``topo`` on (None: no cluster)."""
+    if cluster is None:
+        return None
+    where = place(cluster, topo.switches(), topo.hosts(), topo.links())
+    return {where[h] for h in topo.hosts()}
+
+
 class LeafPlacer(Placer):
     """Mininet's placer interface over ``place``; ``cluster`` is set by the testbed."""
 
@@ -218,18 +226,29 @@ class ClusterNode(RemoteMixin):
 
     def launch_end(self, popen, what: str) -> tuple[int, float]:
         """The remote PID and start time of the process ``launch_begin`` started."""
-        line = popen.stdout.readline().decode(errors="replace").strip()
         try:
-            info = json.loads(line)
-            return int(info["pid"]), float(info["started"])
-        except (ValueError, KeyError, TypeError):
-            popen.kill()
+            return launched(popen)
+        except ValueError as exc:
             raise RuntimeError(f"starting {what} on {self.server} ({self.name}) failed: "
-                               f"{line or popen.stdout.read().decode(errors='replace')[-300:]}")
+                               f"{exc}") from None
 
     def kill_remote(self, pid: int):
         """Stop remote process ``pid`` (TERM, then KILL after 3 s) on this node's server."""
         self.rcmd(stop_script(pid, 3))
+
+
+def launched(popen) -> tuple[int, float]:
+    """The PID and start time (there) that ``remote launch`` printed first on the
+    output of ``popen`` (its ssh session); ValueError with what it printed instead,
+    after killing the session."""
+    line = popen.stdout.readline().decode(errors="replace").strip()
+    try:
+        info = json.loads(line)
+        return int(info["pid"]), float(info["started"])
+    except (ValueError, KeyError, TypeError):
+        popen.kill()
+        rest = line or popen.stdout.read().decode(errors="replace")[-300:].strip()
+        raise ValueError(rest or "no answer") from None
 
 
 def remote_launch(log: Path, cmd: list[str], env: dict | None = None) -> list[str]:

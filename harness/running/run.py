@@ -35,7 +35,7 @@ from ..switches.jobs import Job, aggregator_ip, int_to_ip, partition_slots
 from .linkloss import netem_available, nft_available
 from .mncli import RunCLI
 from .clustercheck import cluster_for, local_bmv2_check
-from .cluster import SSH
+from .cluster import SSH, host_servers
 from .sshmux import Masters
 from .network import Testbed, check_names_free
 from .record import RunRecord, live_records, stale_records
@@ -199,7 +199,7 @@ class Run:
             self.echo(f"  link loss {net.loss}% per direction by nftables (no netem here)")
         if net.host_cpu:
             self.echo(f"  every host limited to {net.host_cpu:g} cores of CPU time per second")
-        self._start_starter()
+        self._start_starter(topo)
         self.testbed = Testbed(topo, net.target, self.writer.log_dir, self.record, nft_loss,
                                log_packets=cfg.output.switch_log, words=net.payload_words,
                                host_cpu=net.host_cpu, cluster=self.cluster)
@@ -360,16 +360,18 @@ class Run:
                                        self._admit, self._release)
             self.admission.step(time.time())
 
-    def _start_starter(self):
+    def _start_starter(self, topo):
         """Start the processes the agents will be forked from (``starter.py``; they
         load them, compiling the kernels where the disk cache lacks them, while the
-        network comes up). Not where each agent is a process of its own: a training
-        script, or CPU-limited hosts (whose cgroups ``mnexec`` enters)."""
+        network comes up), on the servers ``topo`` places hosts on. Not where each
+        agent is a process of its own: a training script, or CPU-limited hosts (whose
+        cgroups ``mnexec`` enters)."""
         if self.script is not None or self.cfg.network.host_cpu:
             return
         with deferred_signals():
             self.starter = Starters(self.writer.log_dir, self.record, self.cluster,
-                                    name=f"qaina-bench-starter-{self.cfg.output.run_id}"[:100])
+                                    name=f"qaina-bench-starter-{self.cfg.output.run_id}"[:100],
+                                    servers=host_servers(self.cluster, topo))
             self.starter.start()
 
     def _await_agents(self):

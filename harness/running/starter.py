@@ -219,38 +219,40 @@ class AgentStarter:
 
 class Starters:
     """A run's agent starters: this machine's (``local``, None where no agent runs
-    here) and one on each other server of its cluster (``remote``: server name -> the
-    name of the abstract unix socket its starter listens on there)."""
+    here) and one on each other server of its cluster that has hosts (``remote``:
+    server name -> the name of the abstract unix socket its starter listens on there).
+    ``servers``: the names of the servers with hosts (None: every server)."""
 
     MODULE = "qaina_bench.hosts.agent"
 
-    def __init__(self, log_dir: Path, record, cluster=None, name: str = "qaina-starter"):
+    def __init__(self, log_dir: Path, record, cluster=None, name: str = "qaina-starter",
+                 servers: set[str] | None = None):
         self.log_dir = Path(log_dir)
         self.record = record
         self.cluster = cluster
         self.name = name
+        self.servers = servers
         self.local: AgentStarter | None = None
         self.remote: dict[str, str] = {}
         self._there: list[tuple] = []  # (server, ssh session, PID there)
 
     def start(self):
         """Start them all; each is recorded as soon as it exists."""
+        from .cluster import launched
         from .processes import agent_env
-        servers = self.cluster.servers if self.cluster is not None else []
+        servers = [s for s in (self.cluster.servers if self.cluster is not None else [])
+                   if self.servers is None or s.name in self.servers]
         if self.cluster is None or any(s.local for s in servers):
             self.local = AgentStarter(self.MODULE, agent_env(),
                                       self.log_dir / "agent-starter.log")
             self.record.add_process(self.local.pid, "starter of the agents")
         sessions = [(s, self._launch(s)) for s in servers if not s.local]
         for server, popen in sessions:
-            line = popen.stdout.readline().decode(errors="replace").strip()
             try:
-                info = json.loads(line)
-                pid, started = int(info["pid"]), info["started"]
-            except (ValueError, KeyError, TypeError):
-                popen.kill()
+                pid, started = launched(popen)
+            except ValueError as exc:
                 raise StarterError(f"starting the agent starter on {server.name} failed: "
-                                   f"{line or 'no answer'}") from None
+                                   f"{exc}") from None
             self.record.add_remote_process(server.name, server.user, pid, started,
                                            "starter of the agents")
             self._there.append((server, popen, pid))
