@@ -1,7 +1,7 @@
 """A host program for ``test_starter.py``: ``main(argv)`` as an agent has one.
 
 ``main([OUT, MODE])`` writes what the fork sees (its network namespace, working
-directory, parent, environment) to OUT as JSON, prints a line to its output, then by
+directory, parent, environment, cgroups) to OUT as JSON, prints a line to its output, then by
 MODE: ``burn`` spends 0.3 s of CPU and returns 3; ``sleep`` sleeps until signalled.
 """
 
@@ -15,7 +15,8 @@ def main(argv):
     out, mode = argv
     seen = {"net": os.stat("/proc/self/ns/net").st_ino, "cwd": os.getcwd(),
             "ppid": os.getppid(), "threads": os.environ.get("OMP_NUM_THREADS"),
-            "sid": os.getsid(0), "pid": os.getpid()}
+            "sid": os.getsid(0), "pid": os.getpid(),
+            "cgroups": open("/proc/self/cgroup").read().splitlines()}
     with open(out + ".tmp", "w") as f:
         json.dump(seen, f)
     os.replace(out + ".tmp", out)

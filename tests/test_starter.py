@@ -147,12 +147,58 @@ def test_what_the_starter_started_ends_when_the_harness_is_killed(tmp_path, name
     wait_for(lambda: not alive(fork_pid) and not alive(starter_pid), timeout=15)
 
 
-def remote_launch(tmp_path, name: str, ns_pid: int, *args: str) -> subprocess.Popen:
+def remote_launch(tmp_path, name: str, ns_pid: int, *args: str,
+                  cgroups: list[str] = ()) -> subprocess.Popen:
     """``remote launch --starter`` as a server of a cluster runs it."""
     return subprocess.Popen(
         [sys.executable, "-m", "qaina_bench.harness.running.remote", "launch", "--log",
-         str(tmp_path / "probe.log"), "--starter", name, "--ns-pid", str(ns_pid), "--",
-         *args], stdout=subprocess.PIPE, text=True)
+         str(tmp_path / "probe.log"), "--starter", name, "--ns-pid", str(ns_pid),
+         *(["--cgroups", ",".join(cgroups)] if cgroups else []), "--", *args],
+        stdout=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def host_cgroups():
+    """The cgroups of a CPU-limited host (``--host-cpu``), made for the test."""
+    from qaina_bench.harness.running.cpulimit import limit_problem, process_cgroups
+    if limit_problem():
+        pytest.skip(limit_problem())
+    name = f"qbstarter{os.getpid()}"
+    dirs = process_cgroups(name)
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    yield name, dirs
+    for d in dirs:
+        wait_for(lambda: not Path(d, "tasks").read_text().strip())
+        os.rmdir(d)
+
+
+def in_cgroups(got: dict, name: str) -> set[str]:
+    """The hierarchies (of cpu and cpuacct) where the probe was in cgroup ``name``."""
+    return {c for line in got["cgroups"] for c in line.split(":")[1].split(",")
+            if line.endswith(f":/{name}") and c in ("cpu", "cpuacct")}
+
+
+def test_a_fork_on_a_limited_host_runs_in_its_cgroups(tmp_path, starter, namespace,
+                                                      host_cgroups):
+    name, dirs = host_cgroups
+    fork = starter.start([str(tmp_path / "seen.json"), "burn"], namespace.pid,
+                         tmp_path / "probe.log", dirs)
+    assert fork.wait(30) == 3
+    assert in_cgroups(seen(tmp_path / "seen.json"), name) == {"cpu", "cpuacct"}
+    other = starter.start([str(tmp_path / "other.json"), "burn"], namespace.pid,
+                          tmp_path / "probe.log")
+    assert other.wait(30) == 3 and not in_cgroups(seen(tmp_path / "other.json"), name)
+
+
+def test_a_fork_whose_cgroup_is_missing_says_why_in_its_log(tmp_path, starter, namespace):
+    missing = f"/sys/fs/cgroup/cpu/qbstarter-none-{os.getpid()}"
+    fork = starter.start([str(tmp_path / "seen.json"), "burn"], namespace.pid,
+                         tmp_path / "probe.log", [missing])
+    assert fork.wait(10) == 1
+    assert "agent starter: FileNotFoundError" in (tmp_path / "probe.log").read_text()
+    assert missing in (tmp_path / "probe.log").read_text()
+    assert not (tmp_path / "seen.json").exists()
 
 
 @pytest.fixture
@@ -179,6 +225,15 @@ def test_remote_launch_through_a_listening_starter_gives_the_forks_pid_and_statu
     assert got["net"] == os.stat(f"/proc/{namespace.pid}/ns/net").st_ino
     assert launch.wait(30) == 3  # the fork's status is the launch's
     assert f"probe {info['pid']} here" in (tmp_path / "probe.log").read_text()
+
+
+def test_remote_launch_puts_the_fork_in_the_cgroups_it_is_given(tmp_path, listening,
+                                                               namespace, host_cgroups):
+    name, dirs = host_cgroups
+    launch = remote_launch(tmp_path, listening[0], namespace.pid, str(tmp_path / "seen.json"),
+                           "burn", cgroups=dirs)
+    assert launch.wait(30) == 3
+    assert in_cgroups(seen(tmp_path / "seen.json"), name) == {"cpu", "cpuacct"}
 
 
 def test_sigterm_to_a_listening_starter_stops_its_forks_and_their_launches_end(

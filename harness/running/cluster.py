@@ -213,13 +213,14 @@ class ClusterNode(RemoteMixin):
         return self.popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, mncmd=["mnexec", "-a", str(self.pid)])
 
-    def launch_forked(self, argv: list[str], log: Path, starter: str):
+    def launch_forked(self, argv: list[str], log: Path, starter: str,
+                      cgroups: list[str] = ()):
         """``launch_begin`` of an agent forked by the starter listening on ``starter``
         on this node's server (``remote launch --starter``): it runs ``argv`` in this
-        node's namespaces, its output to ``log``."""
+        node's namespaces (and cgroups ``cgroups`` there), its output to ``log``."""
         wrapped = [sys.executable, "-m", "qaina_bench.harness.running.remote", "launch",
                    "--log", str(log), "--starter", starter, "--ns-pid", str(self.pid),
-                   "--"] + argv
+                   *(["--cgroups", ",".join(cgroups)] if cgroups else []), "--"] + argv
         # outside the namespace: the starter's socket is in the server's own
         return self.popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, mncmd=[])

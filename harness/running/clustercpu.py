@@ -61,9 +61,10 @@ class ClusterLimitedHost(ClusterHost):
                                f"{want} us per {PERIOD_US} us: {got}")
 
     def popen(self, *args, **kwargs):
-        """As the cluster host's, the process put into the host's cgroup (``mnexec -g``)."""
+        """As the cluster host's, the process put into the host's cgroup (``mnexec -g``;
+        a command run outside the host, ``mncmd=[]``, as it is)."""
         mncmd = kwargs.pop("mncmd", ["mnexec", "-da", str(self.pid)])
-        kwargs["mncmd"] = mncmd[:1] + ["-g", self.name] + mncmd[1:]
+        kwargs["mncmd"] = mncmd[:1] + ["-g", self.name] + mncmd[1:] if mncmd else mncmd
         return ClusterHost.popen(self, *args, **kwargs)
 
     def quota_us(self) -> int:

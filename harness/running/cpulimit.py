@@ -57,6 +57,12 @@ def cgroup_dirs(host: str) -> list[Path]:
     return [CGROUP_ROOT / h / host for h in HIERARCHIES]
 
 
+def process_cgroups(host: str) -> list[str]:
+    """The cgroups a process started on limited host ``host`` joins: its CPU limit
+    and its accounting (as ``cgclassify`` moves the host's shell)."""
+    return [str(CGROUP_ROOT / h / host) for h in ("cpu", "cpuacct")]
+
+
 def quota_us(host: str) -> int:
     """The CFS quota of a limited host's cgroup, microseconds per period (-1: none)."""
     return int((CGROUP_ROOT / "cpu" / host / "cpu.cfs_quota_us").read_text())

@@ -6,8 +6,10 @@ cache lacks them), then forks a process per request that enters a Mininet host's
 namespaces and calls ``MODULE.main(argv)`` there (``harness/running/starter.py`` is
 the harness's side). Requests and news are JSON lines:
 
-* request: ``{"n", "argv", "ns_pid", "log"}``: fork, enter the namespaces of process
-  ``ns_pid``, output appended to ``log``;
+* request: ``{"n", "argv", "ns_pid", "log"}`` and optionally ``"cgroups"`` (a list of
+  cgroup v1 directories): fork, join those cgroups (as ``mnexec -g`` does; a
+  CPU-limited host's), enter the namespaces of process ``ns_pid``, output appended
+  to ``log``;
 * news: ``{"loaded": true}`` once MODULE is loaded; ``{"n", "pid"}`` (or ``{"n",
   "error"}``) per request; ``{"exit": pid, "status", "user_s", "system_s"}`` when a
   fork ends (its exit status as ``subprocess`` gives it, and its CPU times from
@@ -59,8 +61,16 @@ def _enter(ns_pid: int):
     os.chdir(cwd)
 
 
+def _join(cgroups: list[str]):
+    """Move this process into every cgroup of ``cgroups`` (v1 directories)."""
+    for directory in cgroups:
+        with open(os.path.join(directory, "tasks"), "w") as tasks:
+            tasks.write(f"{os.getpid()}\n")
+
+
 def _child(main, request: dict, inherited: set[int]) -> int:
-    """In the fork: the namespace, the output, then ``main``; returns its status."""
+    """In the fork: the output, the cgroups, the namespaces, then ``main``; returns
+    its status."""
     os.setsid()
     signal.set_wakeup_fd(-1)
     for signum in (signal.SIGCHLD, signal.SIGTERM):
@@ -74,6 +84,7 @@ def _child(main, request: dict, inherited: set[int]) -> int:
     for fd in inherited | {log, null}:
         os.close(fd)
     try:
+        _join(request.get("cgroups") or [])
         _enter(request["ns_pid"])
         return main(request["argv"]) or 0
     except SystemExit as exc:

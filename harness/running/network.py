@@ -31,7 +31,7 @@ from ...p4 import program
 from ...p4.header import FALLBACK_WORKER, QAINA_WORDS
 from ..switches.control import SwitchConnection
 from .clusternet import ClusterParts
-from .cpulimit import LimitedHost, cgroup_dirs
+from .cpulimit import LimitedHost, cgroup_dirs, process_cgroups
 from .linkloss import apply_loss, remove_table
 from ..switches.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, free_copies,
                    guard_entries, ip_to_int, mac_to_int, program_aggregator, program_job,
@@ -498,12 +498,13 @@ class Testbed(ClusterParts):
         launch``, recorded there by its PID (``wait``: now; else by ``started``, so
         that several start at once) and stopped by ``stop``. An agent is forked by the
         starter of its server where ``starter`` (``harness/running/starter.py``) has
-        one."""
+        one (into the host's cgroups with ``host_cpu``, as ``mnexec -g`` puts others)."""
         node = self.net.get(host)
         server = getattr(node, "server_key", None)
         args = starter.arguments(cmd) if starter is not None else None
+        cgroups = process_cgroups(host) if self.host_cpu else []
         if args is not None and server is None and starter.local is not None:
-            popen = starter.local.start(args, node.pid, log)
+            popen = starter.local.start(args, node.pid, log, cgroups)
             self.record.add_process(popen.pid, what)
             return popen
         if server is None:
@@ -512,7 +513,7 @@ class Testbed(ClusterParts):
             return popen
         from .cluster import agent_environment
         there = starter.remote.get(server) if args is not None else None
-        popen = (node.launch_forked(args, log, there) if there is not None
+        popen = (node.launch_forked(args, log, there, cgroups) if there is not None
                  else node.launch_begin(cmd, log, agent_environment()))
         self.record.add_process(popen.pid, f"ssh to {what}")
         self._starting.append((node, popen, what))

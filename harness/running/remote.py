@@ -2,10 +2,11 @@
 
 * ``launch --log PATH -- CMD...``: print ``{"pid", "started"}`` as one JSON line, then
   become CMD (same PID) with its output appended to PATH;
-* ``launch --log PATH --starter NAME --ns-pid PID -- ARGS...``: ask the agent starter
-  listening on NAME there (``forkserver.py``) for a fork that runs ARGS in the
-  namespaces of process PID, print its ``{"pid", "started"}``, wait for its end and
-  exit with its status;
+* ``launch --log PATH --starter NAME --ns-pid PID [--cgroups DIR,...] -- ARGS...``:
+  ask the agent starter listening on NAME there (``forkserver.py``) for a fork that
+  runs ARGS in the namespaces of process PID (and in the cgroups DIR, a CPU-limited
+  host's), print its ``{"pid", "started"}``, wait for its end and exit with its
+  status;
 * ``port``: a free TCP port of the server;
 * ``remove`` / ``leftovers``: a run record's part for this server (JSON on stdin:
   ``processes``, ``interfaces``, ``nft_tables``, ``cgroups``) removed, or what of it still
@@ -28,12 +29,15 @@ import sys
 
 
 def launch(args: list[str]) -> int:
+    cgroups = []
+    if args[6:7] == ["--cgroups"] and len(args) >= 9:
+        cgroups, args = args[7].split(","), args[:6] + args[8:]
     if len(args) >= 8 and args[0] == "--log" and args[2] == "--starter" \
             and args[4] == "--ns-pid" and args[6] == "--" and args[5].isdigit():
-        return launch_forked(args[1], args[3], int(args[5]), args[7:])
+        return launch_forked(args[1], args[3], int(args[5]), args[7:], cgroups)
     if len(args) < 4 or args[0] != "--log" or args[2] != "--":
-        print("usage: launch --log PATH [--starter NAME --ns-pid PID] -- CMD...",
-              file=sys.stderr)
+        print("usage: launch --log PATH [--starter NAME --ns-pid PID [--cgroups DIR,...]] "
+              "-- CMD...", file=sys.stderr)
         return 2
     import psutil
     log, cmd = args[1], args[3:]
@@ -53,7 +57,7 @@ def launch(args: list[str]) -> int:
 
 
 def launch_forked(log: str, starter: str, ns_pid: int, argv: list[str],
-                  timeout: float = 300.0) -> int:
+                  cgroups: list[str] = (), timeout: float = 300.0) -> int:
     """``launch --starter``: the fork's PID and start time as ``launch`` prints its
     own, then its exit status (a signal N as 128 + N, as a shell gives it)."""
     import psutil
@@ -62,7 +66,8 @@ def launch_forked(log: str, starter: str, ns_pid: int, argv: list[str],
     conn.settimeout(timeout)  # for the starter's answer (it may still be loading)
     try:
         conn.connect("\0" + starter)
-        request = {"n": 1, "argv": argv, "ns_pid": ns_pid, "log": log}
+        request = {"n": 1, "argv": argv, "ns_pid": ns_pid, "log": log,
+                   "cgroups": list(cgroups)}
         conn.sendall(json.dumps(request).encode() + b"\n")
         news = conn.makefile("rb")
         answer = json.loads(news.readline())

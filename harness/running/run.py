@@ -363,10 +363,9 @@ class Run:
     def _start_starter(self, topo):
         """Start the processes the agents will be forked from (``starter.py``; they
         load them, compiling the kernels where the disk cache lacks them, while the
-        network comes up), on the servers ``topo`` places hosts on. Not where each
-        agent is a process of its own: a training script, or CPU-limited hosts (whose
-        cgroups ``mnexec`` enters)."""
-        if self.script is not None or self.cfg.network.host_cpu:
+        network comes up), on the servers ``topo`` places hosts on. Not for a
+        training script: each is a process of its own."""
+        if self.script is not None:
             return
         with deferred_signals():
             self.starter = Starters(self.writer.log_dir, self.record, self.cluster,

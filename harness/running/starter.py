@@ -120,13 +120,15 @@ class AgentStarter:
             self._await(lambda: self.loaded, timeout, f"load {self.module}")
 
     def start(self, argv: list[str], namespace_pid: int, log: Path,
-              timeout: float = 60.0) -> Forked:
+              cgroups: list[str] = (), timeout: float = 60.0) -> Forked:
         """Fork a process that runs ``main(argv)`` of the starter's module in the
-        namespaces of process ``namespace_pid`` (a Mininet host's shell), its output
-        appended to ``log``; returns its handle once its PID is known."""
+        namespaces of process ``namespace_pid`` (a Mininet host's shell) and in the
+        cgroups ``cgroups`` (a CPU-limited host's), its output appended to ``log``;
+        returns its handle once its PID is known."""
         self._requests += 1
         number = self._requests
-        request = {"n": number, "argv": argv, "ns_pid": namespace_pid, "log": str(log)}
+        request = {"n": number, "argv": argv, "ns_pid": namespace_pid, "log": str(log),
+                   "cgroups": list(cgroups)}
         try:
             self.proc.stdin.write(json.dumps(request).encode() + b"\n")
             self.proc.stdin.flush()
