@@ -13,6 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from qaina_bench.harness.running.cpustat import CpuLedger
@@ -246,6 +247,54 @@ def test_sigterm_to_a_listening_starter_stops_its_forks_and_their_launches_end(
     assert launch.wait(30) == 128 + signal.SIGTERM
     assert starter.wait(30) == 0
     wait_for(lambda: not alive(pid))
+
+
+def ask(name: str, *requests) -> list[dict]:
+    """What a listening starter answers ``requests`` (objects or raw lines), in order."""
+    import socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(30)
+        conn.connect("\0" + name)
+        lines = [r if isinstance(r, bytes) else json.dumps(r).encode() for r in requests]
+        conn.sendall(b"\n".join(lines) + b"\n")
+        news = conn.makefile("rb")
+        return [json.loads(news.readline()) for _ in requests]
+
+
+def test_a_listening_starter_answers_a_bad_request_with_an_error_and_goes_on(
+        tmp_path, listening, namespace):
+    name, starter = listening
+    good = {"argv": [str(tmp_path / "seen.json"), "burn"], "ns_pid": namespace.pid,
+            "log": str(tmp_path / "probe.log")}
+    answers = ask(name, {"n": 1, "argv": "x", "ns_pid": 1, "log": "l"},
+                  {"n": 2, **good, "log": None}, {"n": 3, **good, "ns_pid": True},
+                  {"n": 4, **good, "cgroups": [7]}, b"[1, 2]", {"n": 6, **good})
+    assert [a.get("error") for a in answers[:5]] == [
+        "not a request: argv must be a list", "not a request: log must be a str",
+        "not a request: ns_pid must be a int", "not a request: argv and cgroups hold strings",
+        "not a request: a request is a JSON object"]
+    assert answers[5]["n"] == 6 and seen(tmp_path / "seen.json")["pid"] == answers[5]["pid"]
+    assert starter.poll() is None
+    assert [p.pid for p in psutil.Process(starter.pid).children()] in ([answers[5]["pid"]], [])
+
+
+def test_a_listening_starter_closes_a_connection_from_another_user_unread(
+        tmp_path, listening, namespace):
+    name, starter = listening
+    request = {"n": 1, "argv": [str(tmp_path / "seen.json"), "burn"], "ns_pid": namespace.pid,
+               "log": str(tmp_path / "evil.log")}
+    probe = ("import socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+             f"s.connect({chr(0) + name!r})\ns.settimeout(30)\ntry:\n"
+             f"    s.sendall({json.dumps(request).encode() + b'{chr(10)}'!r})\n"
+             "    print('closed' if not s.recv(100) else 'answered')\n"
+             "except (BrokenPipeError, ConnectionResetError):\n    print('closed')")
+    out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                          "/usr/bin/python3", "-c", probe], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "closed", out  # nothing said, nothing started
+    assert not (tmp_path / "evil.log").exists() and not (tmp_path / "seen.json").exists()
+    assert starter.poll() is None and not psutil.Process(starter.pid).children()
+    assert ask(name, {**request, "n": 2, "log": str(tmp_path / "probe.log")})[0]["n"] == 2
 
 
 def test_remote_launch_without_a_starter_there_is_one_line(tmp_path):

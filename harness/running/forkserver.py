@@ -19,8 +19,11 @@ Without ``--listen`` the requests come on standard input and the news go to stan
 output; when standard input closes (the harness ended, or was killed) every fork still
 running is stopped and the process exits. With ``--listen NAME`` (a server of a
 cluster, ``remote launch --starter``) each connection to the abstract unix socket NAME
-brings requests and gets the news of its own forks. SIGTERM stops every fork and ends
-the process in either mode.
+brings requests and gets the news of its own forks; a connection from a process of
+another user is closed unread (the socket has no file permissions, and a fork runs
+as the starter's user). A request that is not one (a field missing or of the wrong
+type) gets an ``error`` and no fork. SIGTERM stops every fork and ends the process
+in either mode.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 
@@ -68,22 +72,36 @@ def _join(cgroups: list[str]):
             tasks.write(f"{os.getpid()}\n")
 
 
+def problem(request) -> str | None:
+    """Why ``request`` is not a request a fork can be made for (None: it is)."""
+    if not isinstance(request, dict):
+        return "a request is a JSON object"
+    fields = {"argv": list, "ns_pid": int, "log": str, "cgroups": list}
+    for name, kind in fields.items():
+        value = request.get(name, [] if name == "cgroups" else None)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"{name} must be a {kind.__name__}"
+    if not all(isinstance(a, str) for a in request["argv"] + request.get("cgroups", [])):
+        return "argv and cgroups hold strings"
+    return None
+
+
 def _child(main, request: dict, inherited: set[int]) -> int:
     """In the fork: the output, the cgroups, the namespaces, then ``main``; returns
-    its status."""
-    os.setsid()
-    signal.set_wakeup_fd(-1)
-    for signum in (signal.SIGCHLD, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    for fd in inherited | {log, null}:
-        os.close(fd)
+    its status (what fails before the output is redirected goes to the starter's)."""
     try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        for fd in inherited | {log, null}:
+            os.close(fd)
         _join(request.get("cgroups") or [])
         _enter(request["ns_pid"])
         return main(request["argv"]) or 0
@@ -148,8 +166,7 @@ class ForkServer:
                     os.read(self.wake_r, 512)
                     self.reap()
                 if self.listener is not None and self.listener in ready:
-                    conn, _ = self.listener.accept()
-                    self.peers[conn.fileno()] = [b"", self.sayer(conn.sendall), conn]
+                    self.accept()
                 for fd in [fd for fd in ready if fd in self.peers]:
                     if not self.read(fd):
                         return
@@ -157,6 +174,15 @@ class ForkServer:
             pass
         finally:
             self.stop_all()
+
+    def accept(self):
+        """A connection, kept when its peer runs as this process's user."""
+        conn, _ = self.listener.accept()
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        if struct.unpack("3i", creds)[1] != os.geteuid():
+            conn.close()
+            return
+        self.peers[conn.fileno()] = [b"", self.sayer(conn.sendall), conn]
 
     def read(self, fd: int) -> bool:
         """A peer's requests; False when standard input has closed."""
@@ -177,6 +203,11 @@ class ForkServer:
         return True
 
     def fork(self, request: dict, say):
+        why = problem(request)
+        if why is not None:
+            say(n=request.get("n") if isinstance(request, dict) else None,
+                error=f"not a request: {why}")
+            return
         sys.stdout.flush()
         # SIGTERM waits until the fork is listed (then stopped with the others)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -190,8 +221,9 @@ class ForkServer:
             inherited = {self.wake_r, self.wake_w, *(fd for fd in self.peers if fd > 2)}
             if self.listener is not None:
                 inherited.add(self.listener.fileno())
-            code = _child(self.module.main, request, inherited)
-            try:
+            code = 1
+            try:  # whatever happens, the fork never returns into the server's loop
+                code = _child(self.module.main, request, inherited)
                 sys.stdout.flush()
                 sys.stderr.flush()
             finally:
