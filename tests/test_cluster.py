@@ -51,9 +51,11 @@ def test_a_master_that_does_not_come_up_leaves_commands_on_their_own_and_nothing
     try:
         assert masters.start(timeout=0.5) == [f"{dead_address} (no answer)"]
         assert sshmux.options("root", dead_address) == []
-        assert [p["what"] for p in rec.data["processes"] if p.get("last")] == \
-            [f"ssh master connection to {dead_address}"]
         directory = masters.directory
+        master = next(p for p in rec.data["processes"] if "master" in p["what"])
+        assert rec.data["held_to_the_end"] == [
+            f"temporary directory {directory}",
+            f"process ssh master connection to {dead_address} ({master['pid']})"]
         assert rec.leftovers(wait=0, but_last=True) == []
         assert rec.leftovers(wait=0) == [f"temporary directory {directory}"]
     finally:

@@ -61,12 +61,17 @@ class RunRecord:
 
     def add_process(self, pid: int | None, what: str, last: bool = False):
         """``last``: the run holds it to its very end, after the check of what its
-        teardown left (``leftovers(but_last=True)``)."""
+        teardown left (``leftovers(but_last=True)``; ``held_to_the_end``)."""
         if pid is None:
             return
-        entry = {"pid": pid, "what": what, "started": _start_time(pid)}
-        self.data["processes"].append({**entry, "last": True} if last else entry)
+        self.data["processes"].append({"pid": pid, "what": what, "started": _start_time(pid)})
+        if last:
+            self._hold_to_the_end(f"process {what} ({pid})")
         self.save()
+
+    def _hold_to_the_end(self, leftover: str):
+        """What ``leftovers`` would say of a thing the run holds to its very end."""
+        self.data.setdefault("held_to_the_end", []).append(leftover)
 
     def add_port(self, port: int, what: str):
         self.data["ports"].append({"port": port, "what": what})
@@ -149,7 +154,7 @@ class RunRecord:
         if str(path) not in listed:
             listed.append(str(path))
         if last:
-            self.data.setdefault("held_to_the_end", []).append(str(path))
+            self._hold_to_the_end(f"temporary directory {path}")
 
     def add_nft_table(self, family: str, name: str):
         """An nftables table the run adds (listed before it is made)."""
@@ -220,14 +225,14 @@ class RunRecord:
         held = set(self.data.get("held_to_the_end", [])) if but_last else set()
         while True:
             left = [f"process {p['what']} ({p['pid']})" for p in self.data["processes"]
-                    if not (but_last and p.get("last"))
-                    and _same_process(p["pid"], p.get("started"))]
+                    if _same_process(p["pid"], p.get("started"))]
             left += [f"interface {n}" for n in self.data["interfaces"] if _interface_exists(n)]
             left += [f"cgroup {c}" for c in self.data.get("cgroups", []) if Path(c).is_dir()]
             left += [f"temporary directory {d}" for d in self.data.get("temp_directories", [])
-                     if d not in held and Path(d).is_dir()]
+                     if Path(d).is_dir()]
             left += [f"nftables table {t['family']} {t['name']}" for t in self.nft_tables()
                      if table_exists(t["family"], t["name"])]
+            left = [x for x in left if x not in held]
             if not left or time.monotonic() > deadline:
                 return left + self._on_servers("leftovers")
             time.sleep(0.1)
