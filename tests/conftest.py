@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import time
@@ -111,15 +112,19 @@ class HostPort:
                 frames.append(data)
         return frames
 
-    def drain(self):
+    def drain(self) -> int:
+        """Drop the frames waiting; how many there were."""
+        dropped = 0
         self.sock.setblocking(False)
         try:
             while True:
                 self.sock.recv(4096)
+                dropped += 1
         except BlockingIOError:
             pass
         finally:
             self.sock.setblocking(True)
+        return dropped
 
     def close(self):
         self.sock.close()
@@ -190,11 +195,21 @@ class SwitchLab:
                                      election_id=(1, 0))
         self.conn.arbitrate()
 
-    def reset(self):
-        """A fresh pipeline: empty tables, zero registers and counters."""
+    def reset(self, quiet: float = 0.05, longest: float = 2.0):
+        """A fresh pipeline: empty tables, zero registers and counters; then the ports
+        drained until none has had a frame for ``quiet`` seconds (at most ``longest``):
+        on a busy machine a frame the previous test caused can still be on its way."""
         self.target.fresh_pipeline(self.conn)
-        for h in self.hosts.values():
-            h.drain()
+        deadline = time.monotonic() + longest
+        while True:
+            arrived = sum(h.drain() for h in self.hosts.values())
+            if time.monotonic() > deadline or (not arrived and self._quiet(quiet)):
+                return
+
+    def _quiet(self, seconds: float) -> bool:
+        """No port has a frame within ``seconds``."""
+        ready = select.select([h.sock for h in self.hosts.values()], [], [], seconds)[0]
+        return not ready
 
     def registers(self) -> dict[str, list[int]]:
         """Every cell of every register; for builds beyond 32 words all but agg_sum,
