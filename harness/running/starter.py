@@ -16,11 +16,10 @@ state, as a fresh process would from the disk cache.
   signalled, and the fork's final CPU times come from the starter (``wait4``), as the
   harness is not its parent. When the harness goes (the pipe closes), the starter
   stops what it started and exits.
-* ``Starters``: a run's starters, this machine's and one on each other server of a
-  cluster, listening on an
-  abstract unix socket there; ``remote launch --starter`` asks it for each agent, so
-  that the harness keeps its ssh session per agent, its record and its stop as for
-  any remote process.
+* ``Starters``: a run's starters: this machine's, and one on each other server of a
+  cluster that has hosts, listening on an abstract unix socket there (for its own
+  user only); ``remote launch --starter`` asks it for each agent, so that the harness
+  keeps its ssh session per agent, its record and its stop as for any remote process.
 """
 
 from __future__ import annotations
