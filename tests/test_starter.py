@@ -303,3 +303,27 @@ def test_remote_launch_without_a_starter_there_is_one_line(tmp_path):
     assert launch.returncode == 1
     assert out.startswith(f"agent starter qaina-test-nobody-{os.getpid()} on ")
     assert "Connection refused" in out and len(out.strip().splitlines()) == 1
+
+
+def test_remote_launch_takes_its_options_in_any_order_and_refuses_wrong_ones():
+    from qaina_bench.harness.running.remote import launch_options
+    got = launch_options(["--cgroups", "/a,/b", "--ns-pid", "7", "--starter", "s",
+                          "--log", "l", "--", "cmd", "--", "x"])
+    assert got == {"log": "l", "starter": "s", "ns_pid": 7, "cgroups": ["/a", "/b"],
+                   "cmd": ["cmd", "--", "x"]}
+    assert launch_options(["--log", "l", "--", "cmd"])["starter"] is None
+    for wrong in (["--log", "l", "cmd"],                          # no --
+                  ["--log", "l", "--"],                           # no command
+                  ["--starter", "s", "--ns-pid", "7", "--", "c"],  # no --log
+                  ["--log", "l", "--starter", "s", "--", "c"],     # no --ns-pid
+                  ["--log", "l", "--starter", "s", "--ns-pid", "x", "--", "c"],
+                  ["--log", "l", "--cgroups", "/a", "--", "c"],    # cgroups, no starter
+                  ["--log", "l", "--log", "m", "--", "c"],         # twice
+                  ["--log", "l", "--verbose", "--", "c"],
+                  ["--log", "--", "c"]):
+        assert launch_options(wrong) is None, wrong
+    bad = subprocess.run([sys.executable, "-m", "qaina_bench.harness.running.remote",
+                          "launch", "--log", "l", "--cgroups", "/a", "--", "true"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage: launch --log PATH")
+    assert not Path("l").exists()

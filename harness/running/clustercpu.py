@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from .cluster import ClusterError, ClusterHost
-from .cpulimit import CGROUP_ROOT, HIERARCHIES
+from .cpulimit import CGROUP_ROOT, cgroup_dirs
 
 PERIOD_US = 100_000
 
@@ -36,7 +36,8 @@ class ClusterLimitedHost(ClusterHost):
 
     @property
     def cgroup_dirs(self) -> list[str]:
-        return [str(CGROUP_ROOT / h / self.name) for h in HIERARCHIES]
+        """Its cgroup's directories on its server, one per hierarchy."""
+        return [str(d) for d in cgroup_dirs(self.name)]
 
     def finishInit(self):
         """The shell is up: make its cgroup there, move the shell into it, set the

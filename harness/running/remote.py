@@ -28,19 +28,46 @@ import socket
 import sys
 
 
+USAGE = "usage: launch --log PATH [--starter NAME --ns-pid PID [--cgroups DIR,...]] -- CMD..."
+
+
+def launch_options(args: list[str]) -> dict | None:
+    """``launch``'s options, everything before ``--``, and the command after it:
+    ``{"log", "starter", "ns_pid", "cgroups", "cmd"}``; None when they are wrong (no
+    ``--log``, no command, an unknown or repeated option, ``--starter`` without a
+    numeric ``--ns-pid``, ``--cgroups`` without ``--starter``)."""
+    if "--" not in args:
+        return None
+    split = args.index("--")
+    words, cmd = args[:split], args[split + 1:]
+    if len(words) % 2 or not cmd:
+        return None
+    options = {}
+    for flag, value in zip(words[::2], words[1::2]):
+        if flag not in ("--log", "--starter", "--ns-pid", "--cgroups") or flag in options:
+            return None
+        options[flag] = value
+    forked = "--starter" in options
+    if "--log" not in options or forked != ("--ns-pid" in options) \
+            or ("--cgroups" in options and not forked) \
+            or (forked and not options["--ns-pid"].isdigit()):
+        return None
+    cgroups = options.get("--cgroups", "")
+    return {"log": options["--log"], "starter": options.get("--starter"),
+            "ns_pid": int(options["--ns-pid"]) if forked else None,
+            "cgroups": [c for c in cgroups.split(",") if c], "cmd": cmd}
+
+
 def launch(args: list[str]) -> int:
-    cgroups = []
-    if args[6:7] == ["--cgroups"] and len(args) >= 9:
-        cgroups, args = args[7].split(","), args[:6] + args[8:]
-    if len(args) >= 8 and args[0] == "--log" and args[2] == "--starter" \
-            and args[4] == "--ns-pid" and args[6] == "--" and args[5].isdigit():
-        return launch_forked(args[1], args[3], int(args[5]), args[7:], cgroups)
-    if len(args) < 4 or args[0] != "--log" or args[2] != "--":
-        print("usage: launch --log PATH [--starter NAME --ns-pid PID [--cgroups DIR,...]] "
-              "-- CMD...", file=sys.stderr)
+    options = launch_options(args)
+    if options is None:
+        print(USAGE, file=sys.stderr)
         return 2
+    if options["starter"] is not None:
+        return launch_forked(options["log"], options["starter"], options["ns_pid"],
+                             options["cmd"], options["cgroups"])
     import psutil
-    log, cmd = args[1], args[3:]
+    log, cmd = options["log"], options["cmd"]
     os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     print(json.dumps({"pid": os.getpid(), "started": psutil.Process().create_time()}),
