@@ -36,9 +36,10 @@ test: deps venv
 docker-test:
 	docker/smoke.sh
 
-# One leaf-spine run over three containers with --cluster (docker/cluster.sh).
+# One leaf-spine run over three containers with --cluster (docker/cluster.sh); TORCH:
+# PyTorch for its --train-script run (empty: that run is skipped).
 cluster-test:
-	docker/cluster.sh
+	TORCH='$(TORCH)' TORCH_INDEX='$(TORCH_INDEX)' docker/cluster.sh
 
 bench: deps venv
 	$(VENV)/bin/qaina-bench bench switch

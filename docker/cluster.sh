@@ -19,6 +19,11 @@
 #   bind-mounted read-only (simple_switch_grpc, simple_switch_CLI, p4c, p4c-bm2-ss,
 #   /usr/local/lib, /usr/local/share/p4c) and the image BMv2's Debian runtime
 #   libraries; the kill -9 case then runs BMv2 too. Elsewhere it says why it skips.
+# * with TORCH (make cluster-test passes the Makefile's), the image gets the torch
+#   wheel this machine's pip takes for it (docker/torch.Dockerfile) and the DDP example
+#   runs with --train-script across the servers; without one, it says why it skips.
+# * two runs with --cli: a ping from qb-b's host, a process left there recorded under
+#   qb-b and stopped at teardown, or by clean after a kill -9 at the prompt.
 # Run as root: make cluster-test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,12 +67,33 @@ if [ -z "$bmv2" ]; then
   done
 fi
 
+# PyTorch for the --train-script run: the wheel this machine's pip takes for TORCH (the
+# Makefile's, torch==2.13.0: the CPU build), in a build context of its own, or why that
+# run is skipped.
+torch=
+if [ -z "${TORCH:-}" ]; then
+  torch="skipped: TORCH is empty (make cluster-test TORCH=torch==2.13.0 runs it)"
+elif ! python3 -m venv "$work/pip" >"$work/torch.log" 2>&1 \
+    || ! "$work/pip/bin/pip" download -q --no-deps -d "$work/torch" "$TORCH" \
+         ${TORCH_INDEX:+--index-url "$TORCH_INDEX"} >>"$work/torch.log" 2>&1 \
+    || ! ls "$work"/torch/torch-*.whl >/dev/null 2>&1; then
+  torch="skipped: pip here does not give a torch wheel for $TORCH ($(tail -n 1 "$work/torch.log"))"
+else
+  torch=yes
+fi
+
 say "building $BASE and $IMAGE"
 docker build --network host -t "$BASE" . >"$work/build.log" 2>&1 \
   || { tail -n 30 "$work/build.log" >&2; exit 1; }
 docker build --network host -t "$IMAGE" -f docker/cluster.Dockerfile \
   --build-arg BMV2=$([ "$bmv2" = yes ] && echo 1 || echo 0) docker \
   >>"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log" >&2; exit 1; }
+if [ "$torch" = yes ]; then
+  say "adding $(basename "$work"/torch/torch-*.whl) to $IMAGE"
+  docker build --network host -t "$IMAGE" -f docker/torch.Dockerfile "$work/torch" \
+    >>"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log" >&2; exit 1; }
+  rm -rf "$work/torch" "$work/pip"
+fi
 
 say "three servers on the internal network $NET ($SUBNET)"
 docker network create --internal --subnet "$SUBNET" "$NET" >/dev/null
@@ -271,6 +297,97 @@ for s in "${SERVERS[@]}"; do
   [ -z "$left" ] || { echo "  cgroups left on $s: $left" >&2; exit 1; }
 done
 nothing_left "after the --host-cpu run"
+
+if [ "$torch" = yes ]; then
+  # PyTorch hidden on a server, as if it lacked it (its package directory renamed)
+  torch_dir=$(docker exec qb-a /opt/qaina-bench/.venv/bin/python -c \
+    'import os, torch; print(os.path.dirname(torch.__file__))')
+  hide_torch() { docker exec "$1" mv "$torch_dir" "$torch_dir.off"; }
+  show_torch() { docker exec "$1" mv "$torch_dir.off" "$torch_dir"; }
+  say "--train-script over the three servers: the DDP example, h2's worker on qb-b"
+  hide_torch qb-b
+  out=$("${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c --topo leafspine \
+    --jobs 1 --workers 2 --train-script examples/ddp_digits.py --results-dir /results 2>&1 \
+    && exit 1 || true)  # a server with hosts and no PyTorch: refused
+  echo "  up with no PyTorch on qb-b: $out"
+  [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "qb-b: --train-script needs PyTorch there" \
+    || exit 1
+  show_torch qb-b
+  hide_torch qb-c  # the spines' server runs no script: it needs no PyTorch
+  flock /tmp/qb-mininet.lock "${A[@]}" .venv/bin/qaina-bench up --cluster localhost,qb-b,qb-c \
+    --topo leafspine --jobs 1 --workers 2 --iterations 4 --record-levels \
+    --train-script examples/ddp_digits.py \
+    --results-dir /results --run-id cluster-script
+  show_torch qb-c
+  "${AI[@]}" .venv/bin/python - <<'CHECK'
+import csv, sys
+sys.path.insert(0, "tests")
+from cluster_check import checked_run
+run, summary, where = checked_run("cluster-script")
+assert (where["h1"], where["h2"], where["sp1"]) == ("localhost", "qb-b", "qb-c"), where
+assert summary["jobs"][0]["iterations_done"] == 4, summary["jobs"][0]
+rows = list(csv.DictReader(open(run / "iterations.csv")))
+assert sorted((int(r["worker"]), int(r["iteration"])) for r in rows) == \
+    [(w, i) for w in range(2) for i in range(4)], rows
+for w in range(2):  # each worker's script output, qb-b's too, in the result set on qb-a
+    log = (run / "logs" / f"script-j1w{w}.log").read_text()
+    assert f"rank {w} (" in log and "test accuracy" in log, log[-2000:]
+assert (run / "script" / "ddp_digits.py").is_file()
+print(f"  exact sums of the DDP buckets over 4 steps; rank 1 on qb-b; placement {where}")
+CHECK
+  nothing_left "after the --train-script run"
+else
+  say "--train-script scenario $torch"
+fi
+
+say "--cli over the three servers: a ping and a process of qb-b's host, then kill -9 and clean"
+flock /tmp/qb-mininet.lock "${AI[@]}" .venv/bin/python - <<'CHECK'
+import json, subprocess, sys
+from pathlib import Path
+sys.path.insert(0, "tests")
+from cluster_check import checked_run
+from test_mncli import CLI, PROMPT, Session
+
+def alive(pid: int) -> bool:  # on qb-b
+    return subprocess.run(["ssh", "qb-b", f"kill -0 {pid}"], capture_output=True).returncode == 0
+
+def started_on_qb_b(run_id: str, what: str) -> int:
+    rec = json.loads(Path(f"/run/qaina-bench/{run_id}.json").read_text())
+    there = [p for p in rec["servers"]["qb-b"]["processes"] if p["what"] == what]
+    assert len(there) == 1, rec["servers"]["qb-b"]["processes"]
+    assert alive(there[0]["pid"]), there
+    return there[0]["pid"]
+
+def session(run_id: str) -> Session:
+    s = Session(Path("/results"), run_id, "--topo", "leafspine", "--cluster",
+                "localhost,qb-b,qb-c", "--record-levels", "--cli", "before")
+    assert s.pump(lambda: PROMPT in s.out, 180), s.out
+    return s
+
+s = session("cluster-cli")
+s.send("h2 ping -c1 -W5 h1")  # from qb-b's host to qb-a's, through the tunnels
+assert "1 received" in s.out, s.out[-2000:]
+s.send("h2 sleep 321 &")
+pid = started_on_qb_b("cluster-cli", "started in the CLI: sleep 321")
+assert s.leave("exit") == 0, s.out[-3000:]
+assert f"sleep 321 (pid {pid} on qb-b)" in s.out, s.out[-3000:]
+run, summary, where = checked_run("cluster-cli")
+assert where["h2"] == "qb-b" and not alive(pid), (where, pid)
+print(f"  ping h2 (qb-b) -> h1 (qb-a); sleep 321 on qb-b recorded as pid {pid}, stopped "
+      "at teardown; the jobs then ran exact")
+
+s = session("cluster-cli-kill")
+s.send("h2 nohup sleep 322 > /dev/null 2>&1 &")  # outlives its shell
+pid = started_on_qb_b("cluster-cli-kill", "started in the CLI: sleep 322")
+s.proc.kill()
+s.proc.wait(30)
+r = subprocess.run(CLI + ["clean"], capture_output=True, text=True, timeout=300)
+assert r.returncode == 0 and f"stopped started in the CLI: sleep 322 (pid {pid})" in r.stdout, \
+    r.stdout + r.stderr
+assert not alive(pid), pid
+print(f"  kill -9 at the prompt: clean stopped sleep 322 (pid {pid}) on qb-b")
+CHECK
+nothing_left "after the --cli runs"
 
 if [ "$bmv2" = yes ]; then
   say "BMv2: doctor --cluster --target bmv2"

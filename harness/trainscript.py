@@ -6,7 +6,9 @@ and ``MASTER_PORT``: a rendezvous at the job's worker 0, inside the emulated net
 and ``QAINA_AGENT_CONFIG``: the path of the agent configuration the harness would give
 that worker's agent. The script's hook (``qaina_bench.torch``) reads it, aggregates
 the gradient buckets as that agent would and writes the agent's records, so the run's
-monitoring, summary and teardown are those of any run.
+monitoring, summary and teardown are those of any run. On a cluster, a host of
+another server runs the copy kept in the result set, sent there with the run's
+directory (``harness/running/rundir.py``).
 """
 
 from __future__ import annotations
@@ -64,11 +66,15 @@ class ScriptLauncher:
         self.args = script_args(args)
         self.copy_dir = result_dir / "script"
         self.copy_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(self.source, self.copy_dir / self.source.name)
+        #: the copy, which the servers of a cluster run (it reaches them with the run's
+        #: directory); this machine runs the script where it is, beside its own modules
+        self.copy = self.copy_dir / self.source.name
+        shutil.copy2(self.source, self.copy)
 
-    def argv(self) -> list[str]:
+    def argv(self, remote: bool = False) -> list[str]:
+        """The command line; ``remote``: on another server of a cluster (the copy)."""
         # unbuffered: the script's output reaches its log as it is printed
-        return [sys.executable, "-u", str(self.source), *self.args]
+        return [sys.executable, "-u", str(self.copy if remote else self.source), *self.args]
 
     @staticmethod
     def env(base: dict, config_path: Path, rank: int, world: int, master: str,

@@ -222,3 +222,39 @@ def test_what_the_cli_started_is_recorded_and_cleaned_after_kill_9(session):
     assert not psutil.pid_exists(started[0]["pid"]) or \
         psutil.Process(started[0]["pid"]).status() == "zombie"
     assert not (record_dir() / "cli-kill.json").exists()
+
+
+@pytest.mark.root
+def test_remote_strays_lists_what_runs_by_hand_in_a_hosts_namespace():
+    """What a server of a cluster answers about its nodes (``remote strays``)."""
+    host = subprocess.Popen(["unshare", "--net", "--fork", "--kill-child", "sleep", "120"])
+    hand = None
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not psutil.Process(host.pid).children():
+            time.sleep(0.05)
+        hand = subprocess.Popen(["nsenter", "-t", str(host.pid), "-n", "sleep", "121"])
+        time.sleep(0.3)
+
+        def strays(request) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "qaina_bench.harness.running.remote",
+                                   "strays", request], capture_output=True, text=True,
+                                  timeout=60)
+        res = strays(json.dumps({"shells": [], "hosts": [host.pid], "known": [host.pid]}))
+        found = [json.loads(line) for line in res.stdout.splitlines()]
+        assert res.returncode == 0 and [(e["pid"], e["what"]) for e in found] == \
+            [(hand.pid, "sleep 121")], res.stdout + res.stderr
+        assert found[0]["started"] == psutil.Process(hand.pid).create_time()
+        res = strays(json.dumps({"shells": [], "hosts": [host.pid],
+                                 "known": [host.pid, hand.pid]}))
+        assert res.returncode == 0 and not res.stdout, res.stdout
+        for bad in ("[1, 2]", "{\"shells\": [1]}", "not json", "{\"shells\": [\"x\"], "
+                    "\"hosts\": [], \"known\": []}"):
+            res = strays(bad)
+            assert res.returncode == 2 and not res.stdout, (bad, res.stdout)
+            assert len(res.stderr.strip().splitlines()) == 1 and "strays:" in res.stderr
+    finally:
+        for p in (hand, host):
+            if p is not None:
+                p.kill()
+                p.wait()

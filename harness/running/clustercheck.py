@@ -6,7 +6,8 @@ and the project (the same version, at the same path as here); with ``--target bm
 also whether ``simple_switch_grpc`` is on PATH there and runs, with
 ``simple_switch_CLI`` beside it, and p4c there when this machine has none (it compiles
 the program then); with ``--pcap``, whether this machine's capture tool is there
-(``doctor`` says whether any is). ``local_bmv2_check``: this machine needs BMv2 and
+(``doctor`` says whether any is); with ``--train-script``, whether PyTorch is in the
+project's environment on each server that has worker hosts (``doctor``: on each). ``local_bmv2_check``: this machine needs BMv2 and
 nft only when a switch of the run is placed here."""
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ...settings import ConfigError
-from .cluster import Cluster, Server, place, run_remote
+from ...hosts.models import TORCH_HINT
+from .cluster import Cluster, Server, host_servers, place, run_remote
 
 PROBE = ("echo uid=$(id -u); echo mnexec=$(command -v mnexec); "
          "echo tun=$(test -c /dev/net/tun && echo yes); "
          "echo tunnel=$(sshd -T 2>/dev/null | sed -n 's/^permittunnel //p'); "
          "echo nft=$(command -v nft); "
          "echo dumpcap=$(command -v dumpcap); echo tcpdump=$(command -v tcpdump); "
-         "echo version=$({python} -m qaina_bench.harness.running.remote version 2>/dev/null)"
+         "echo version=$({python} -m qaina_bench.harness.running.remote version 2>/dev/null); "
+         "echo torch=$({python} -c 'import importlib.util as u; "
+         "print(\"yes\" if u.find_spec(\"torch\") else \"\")' 2>/dev/null)"
          "{bmv2}")
 # BMv2 asked for (--target bmv2): where simple_switch_grpc is, and its --version's first
 # line or, when it does not run (a library missing), the first line of its error
@@ -85,10 +89,21 @@ def capture_check(name: str, facts: dict, tool: str | None) -> tuple[str, bool, 
             f"{'tshark' if tool == 'dumpcap' else tool} there")
 
 
+def torch_check(name: str, facts: dict, needed: bool) -> tuple[str, bool, str]:
+    """(what, ok, how to fix) for PyTorch on server ``name``: ``needed`` where a
+    ``--train-script`` runs on hosts there, optional otherwise (doctor)."""
+    return (f"{name}: PyTorch " + ("(--train-script: hosts there run the script)" if needed
+                                   else "(optional: --train-script)"),
+            facts.get("torch") == "yes",
+            f"--train-script needs PyTorch there, in the project's environment at "
+            f"{sys.executable}: {TORCH_HINT}")
+
+
 def check_server(server: Server, target: str = "embedded",
-                 capture_tool: str | None = None) -> list[tuple[str, bool, str]]:
+                 capture_tool: str | None = None,
+                 torch: bool = False) -> list[tuple[str, bool, str]]:
     """(what, ok, how to fix) for each requirement ``server`` must meet (``capture_tool``:
-    ``--pcap``'s tool, needed there)."""
+    ``--pcap``'s tool, needed there; ``torch``: PyTorch needed there)."""
     where = f"{server.name}:"
     if server.local:
         return [(f"{where} this machine", True, "")]
@@ -116,7 +131,8 @@ def check_server(server: Server, target: str = "embedded",
              f"no qaina-bench at {sys.executable}: install the project at the same path"))]
     if target == "bmv2":
         out += bmv2_checks(server.name, facts)
-    return out + [capture_check(server.name, facts, capture_tool)]
+    return out + [capture_check(server.name, facts, capture_tool),
+                  torch_check(server.name, facts, torch)]
 
 
 def shared_directory(server: Server, directory: Path) -> bool:
@@ -148,23 +164,21 @@ def cpu_limit_problem(server: Server) -> str | None:
 
 
 def cluster_for(text: str | None, target: str, host_cpu: float | None = None,
-                local_only: dict | None = None, pcap: bool = False) -> Cluster | None:
+                pcap: bool = False, script_topo=None) -> Cluster | None:
     """The run's cluster, every server checked; ConfigError with the first problem.
-    ``local_only``: options given (flag -> value) that work on this machine only;
-    ``pcap``: ``--pcap`` given (its tool needed on every server)."""
+    ``pcap``: ``--pcap`` given (its tool needed on every server); ``script_topo``:
+    with ``--train-script``, the run's topology (PyTorch needed where its hosts are)."""
     if not text:
         return None
     cluster = Cluster.parse(text)
-    given = [flag for flag, value in (local_only or {}).items() if value]
-    if cluster.remote and given:
-        raise ConfigError(f"{given[0]} with --cluster is not supported on other servers: "
-                          f"run without {given[0]}, or with --cluster localhost")
+    torch_on = host_servers(cluster, script_topo) if script_topo is not None else set()
     tool = None
     if pcap and cluster.remote:
         from .capture import find_tool
         tool = find_tool()[0]
     with ThreadPoolExecutor(max(1, len(cluster.remote))) as pool:  # every server at once
-        checked = list(pool.map(lambda server: check_server(server, target, tool),
+        checked = list(pool.map(lambda server: check_server(server, target, tool,
+                                                            server.name in torch_on),
                                 cluster.remote))
     for server, checks in zip(cluster.remote, checked):
         for what, ok, fix in checks:

@@ -12,7 +12,9 @@ What the user starts from the CLI is the run's too: after every command, each pr
 found under a node's shell or in a host's network namespace that the run did not
 start itself is written to the run record (so ``qaina-bench clean`` removes it after a
 ``kill -9``), is left running while the jobs go (``before``: a ``tcpdump ... &``
-captures them), and is stopped before the network goes down (``stop_by_hand``).
+captures them), and is stopped before the network goes down (``stop_by_hand``). On a
+cluster, the nodes of another server are searched there (``remote strays``) and what
+is found is recorded under that server.
 
 ``--cli after`` writes, for every agent, a copy of its configuration for starting it by
 hand (``agents/cli/<name>.json``: records go to ``agents/cli/<name>.jsonl``, it starts at
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -126,11 +129,10 @@ def _netns(pid: int) -> str | None:
         return None
 
 
-def by_hand(net, known: set[int]) -> list[psutil.Process]:
-    """Processes started from the CLI: under a node's shell, or in a host's network
-    namespace, and not a shell or a process the run started (``known``, with what
-    runs under them)."""
-    shells = {node.pid for node in net.values() if node.pid}
+def strays(shells: set[int], hosts: set[int], known: set[int]) -> list[psutil.Process]:
+    """Processes of this machine started by hand: under a node's shell (``shells``), or in
+    the network namespace of a host's shell (``hosts``), and not a shell or a process
+    the run started (``known``, with what runs under them)."""
     skip = set(shells)
     for pid in known - shells:
         try:
@@ -143,11 +145,48 @@ def by_hand(net, known: set[int]) -> list[psutil.Process]:
             found.update({c.pid: c for c in psutil.Process(pid).children(recursive=True)})
         except psutil.Error:
             pass
-    spaces = {_netns(h.pid) for h in net.hosts if h.pid} - {_netns(os.getpid()), None}
+    spaces = {_netns(pid) for pid in hosts} - {_netns(os.getpid()), None}
     for p in psutil.process_iter(["pid"]):
         if p.pid not in found and _netns(p.pid) in spaces:
             found[p.pid] = p
     return [p for pid, p in sorted(found.items()) if pid not in skip]
+
+
+def by_hand(net, known: set[int]) -> list[psutil.Process]:
+    """``strays`` among the nodes of ``net`` on this machine."""
+    here = [n for n in net.values() if n.pid and getattr(n, "server_key", None) is None]
+    return strays({n.pid for n in here}, {n.pid for n in here if n in net.hosts}, known)
+
+
+def strays_there(node, shells: set[int], hosts: set[int], known: set[int]) -> list[dict]:
+    """``strays`` on the server of ``node`` (a node of a cluster on another server), by
+    ``remote strays`` there: ``{"pid", "started", "what"}`` each."""
+    request = json.dumps({"shells": sorted(shells), "hosts": sorted(hosts),
+                          "known": sorted(known)}, separators=(",", ":"))
+    # one line for the server's shell (ssh joins the words), the request one word of it
+    out = node.rcmd(shlex.join([sys.executable, "-m", "qaina_bench.harness.running.remote",
+                                "strays", request]))
+    found = []
+    for line in out.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # the login's own noise
+        if isinstance(entry, dict) and isinstance(entry.get("pid"), int):
+            found.append(entry)
+    return found
+
+
+def stray_entries(shells: set[int], hosts: set[int], known: set[int]) -> list[dict]:
+    """``strays`` as ``remote strays`` reports them."""
+    out = []
+    for p in strays(shells, hosts, known):
+        try:
+            started = p.create_time()
+        except psutil.Error:
+            continue  # ended
+        out.append({"pid": p.pid, "started": started, "what": describe(p)})
+    return out
 
 
 def describe(p: psutil.Process) -> str:
@@ -166,6 +205,8 @@ class RunCLI:
         self.echo = echo
         self.stdin = stdin or sys.stdin
         self.started: list[psutil.Process] = []  # what the user started, recorded
+        #: the same on other servers of a cluster: (server name, pid) -> (server, entry)
+        self.started_there: dict[tuple[str, int], tuple] = {}
         self.freshen = None  # frees the jobs' slot copies (``fresh``), after the jobs
 
     def banner(self, when: str, run_id: str, aggregator: str | None,
@@ -196,6 +237,9 @@ class RunCLI:
         hand, problem = [], hand_problem(run) if when == "after" else None
         if when == "after" and problem is None:
             hand = hand_configs(run.agents, run.writer.dir / "agents" / "cli")
+            for _, path in hand:  # to the servers of a cluster, with the run's directory
+                run.files.send(path, wait=False)
+            run.files.settle()
             self.freshen = lambda: fresh(run)
             self.freshen()
         self.echo(self.banner(when, run.cfg.output.run_id, run.aggregator, hand))
@@ -223,23 +267,76 @@ class RunCLI:
         finally:
             signal.signal(signal.SIGTERM, previous)
             self._record()
-        running = [p for p in self.started if p.is_running()]
+        running = [f"{describe(p)} (pid {p.pid})" for p in self.started if p.is_running()]
+        running += self.running_there()
         if running:
-            self.echo("started in the CLI, stopped at teardown: "
-                      + "; ".join(f"{describe(p)} (pid {p.pid})" for p in running))
+            self.echo("started in the CLI, stopped at teardown: " + "; ".join(running))
         return terminated
 
     def _record(self):
         """Write what the user's commands left running to the run record (``clean``
-        stops it after a ``kill -9``)."""
+        stops it after a ``kill -9``), on this machine and on every other server."""
         for p in by_hand(self.testbed.net, self.known()):
             self.started.append(p)
             self.record.add_process(p.pid, f"started in the CLI: {describe(p)}")
+        for server, entry in self._there():
+            key = (server.name, entry["pid"])
+            if key not in self.started_there:
+                self.started_there[key] = (server, entry)
+                self.record.add_remote_process(server.name, server.user, entry["pid"],
+                                               entry["started"],
+                                               f"started in the CLI: {entry['what']}")
 
-    def stop_by_hand(self) -> list[str]:
+    def _there(self) -> list[tuple]:
+        """(server, ``strays_there`` entry) on each other server of the run's cluster."""
+        from .cluster import Server
+        nodes: dict[str, list] = {}
+        for node in self.testbed.net.values():
+            if node.pid and getattr(node, "server_key", None) is not None:
+                nodes.setdefault(node.server_key, []).append(node)
+        out = []
+        for name, members in nodes.items():
+            part = self.record.data.get("servers", {}).get(name, {})
+            known = {p["pid"] for p in part.get("processes", [])}
+            server = Server(name, members[0].user)
+            out += [(server, entry) for entry in strays_there(
+                members[0], {n.pid for n in members},
+                {n.pid for n in members if n in self.testbed.net.hosts}, known)]
+        return out
+
+    def running_there(self) -> list[str]:
+        """What the CLI's user started on other servers, as the leaving line names it."""
+        return [f"{entry['what']} (pid {pid} on {server.name})"
+                for (_, pid), (server, entry) in self.started_there.items()]
+
+    def stop_by_hand(self) -> tuple[list[str], list[str]]:
         """Stop what was started from the CLI (recorded or not), before the network
-        goes down; returns what was stopped."""
+        goes down, here and on other servers; returns what was stopped, and what could
+        not be (one line each: the run record keeps it for ``clean``)."""
         procs = {p.pid: p for p in self.started}
         procs.update({p.pid: p for p in by_hand(self.testbed.net, self.known())})
         stop_processes(list(procs.values()))
-        return [f"pid {pid}" for pid in procs]
+        out = [f"pid {pid}" for pid in procs]
+        if not self.started_there and not self._has_remote_nodes():
+            return out, []
+        from .cluster import remote_resources
+        there: dict[str, tuple] = {}
+        for (name, pid), (server, entry) in self.started_there.items():
+            there.setdefault(name, (server, {}))[1][pid] = entry
+        try:
+            for server, entry in self._there():  # started since the last command
+                there.setdefault(server.name, (server, {}))[1][entry["pid"]] = entry
+        except Exception as exc:  # a server gone: what was recorded is stopped below
+            problems = [f"what the CLI started on other servers: not searched ({exc})"]
+        else:
+            problems = []
+        for name, (server, entries) in there.items():
+            said = remote_resources(server, "remove", {"processes": list(entries.values())})
+            problems += [line for line in said if "failed there" in line
+                         or "not reached" in line]
+            out += [f"pid {pid} on {name}" for pid in entries]
+        return out, problems
+
+    def _has_remote_nodes(self) -> bool:
+        return any(getattr(n, "server_key", None) is not None
+                   for n in self.testbed.net.values())

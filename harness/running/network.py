@@ -513,8 +513,10 @@ class Testbed(ClusterParts):
             return popen
         from .cluster import agent_environment
         there = starter.remote.get(server) if args is not None else None
+        # what ``env`` adds to this process's environment goes there on the command line
+        added = {k: v for k, v in env.items() if os.environ.get(k) != v}
         popen = (node.launch_forked(args, log, there, cgroups) if there is not None
-                 else node.launch_begin(cmd, log, agent_environment()))
+                 else node.launch_begin(cmd, log, {**agent_environment(), **added}))
         self.record.add_process(popen.pid, f"ssh to {what}")
         self._starting.append((node, popen, what))
         if wait:

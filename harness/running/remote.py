@@ -17,6 +17,9 @@
 * ``rmtree DIR TOP``: DIR removed, then its parents up to TOP while they are empty;
 * ``captures wait|stop TOOL N``: the run's packet captures there (``remotecapture.py``);
 * ``cpulimit``: why hosts cannot be CPU-limited here (``--host-cpu``), or nothing;
+* ``strays JSON``: what was started by hand from Mininet's CLI here (``mncli.strays``:
+  JSON ``{"shells", "hosts", "known"}``, lists of PIDs of this server), one JSON line
+  ``{"pid", "started", "what"}`` each;
 * ``version``: the project's version here.
 """
 
@@ -122,8 +125,17 @@ def free_port() -> int:
 
 
 def record_part(action: str) -> int:
-    from .record import RunRecord
-    entry = json.loads(sys.stdin.read() or "{}")
+    from .record import RunRecord, part_problem
+    try:
+        entry = json.loads(sys.stdin.read() or "{}")
+    except ValueError as exc:
+        entry, problem = None, f"not JSON ({exc})"
+    else:
+        problem = part_problem(entry)
+    if problem:
+        print(f"{action}: stdin is not a run record's part for this server: {problem}",
+              file=sys.stderr)
+        return 2
     rec = RunRecord.__new__(RunRecord)
     rec.data = {"processes": entry.get("processes", []),
                 "interfaces": entry.get("interfaces", []),
@@ -137,7 +149,7 @@ def record_part(action: str) -> int:
 
 def rmtree(directory: str, top: str) -> int:
     import shutil
-    path, top_path = os.path.abspath(directory), os.path.abspath(top)
+    path, top_path = os.path.realpath(directory), os.path.realpath(top)
     if not (path == top_path or path.startswith(top_path + "/")) or top_path == "/":
         print(f"rmtree: {directory} is not under {top}", file=sys.stderr)
         return 2
@@ -148,6 +160,19 @@ def rmtree(directory: str, top: str) -> int:
             os.rmdir(path)
         except OSError:
             break
+    return 0
+
+
+def strays(request: str) -> int:
+    try:
+        asked = json.loads(request)
+        shells, hosts, known = ({int(p) for p in asked[k]} for k in ("shells", "hosts", "known"))
+    except (ValueError, TypeError, KeyError) as exc:
+        print(f"strays: a JSON object of PID lists shells, hosts, known: {exc}", file=sys.stderr)
+        return 2
+    from .mncli import stray_entries
+    for entry in stray_entries(shells, hosts, known):
+        print(json.dumps(entry))
     return 0
 
 
@@ -171,6 +196,8 @@ def main(argv: list[str]) -> int:
     if action == "captures":
         from .remotecapture import serve
         return serve(rest)
+    if action == "strays" and len(rest) == 1:
+        return strays(rest[0])
     if action == "cpulimit":  # why hosts cannot be CPU-limited here (nothing: they can)
         from .cpulimit import limit_problem
         print(limit_problem() or "")

@@ -88,9 +88,10 @@ class Run:
         if shutil.which("mnexec") is None:
             raise ConfigError("mnexec not found: install Mininet (apt-get install mininet), "
                               "or run `qaina-bench doctor`")
+        topo = build_topology(cfg)
         self.cluster = cluster_for(cfg.network.cluster, cfg.network.target, cfg.network.host_cpu,
-                                   {"--cli": cli, "--train-script": cfg.training.train_script},
-                                   pcap=bool(cfg.output.pcap))
+                                   pcap=bool(cfg.output.pcap),
+                                   script_topo=topo if cfg.training.train_script else None)
         self.netem = netem_available()
         if cfg.network.delay and not self.netem:
             raise ConfigError("--delay needs the kernel's netem qdisc, which this kernel "
@@ -101,7 +102,6 @@ class Run:
         if cfg.network.loss and not self.netem and not nft_available():
             raise ConfigError("--loss needs netem or nftables: this kernel has no netem; "
                               "install nftables (apt-get install nftables)")
-        topo = build_topology(cfg)
         if cfg.network.target == "bmv2":
             local_bmv2_check(self.cluster, topo)
         #: --pcap: the interfaces to capture and the tool, checked before anything starts
@@ -183,8 +183,7 @@ class Run:
             with ignored_signals() as held:  # another Ctrl-C or SIGTERM must not cut it short
                 self._teardown()
                 summary = write_results(self)
-            #: Ctrl-C or SIGTERM came at any time, also while the run was torn down
-            #: after its jobs had ended (`up` exits 130 then, a sweep stops)
+            #: Ctrl-C or SIGTERM came at any time, teardown included (`up` exits 130)
             self.signalled = (self.status == "interrupted" or held.caught is not None
                               or deferred_signals.held_last is not None)
         return summary
@@ -364,8 +363,10 @@ class Run:
         """Start the processes the agents will be forked from (``starter.py``; they
         load them, compiling the kernels where the disk cache lacks them, while the
         network comes up), on the servers ``topo`` places hosts on. Not for a
-        training script: each is a process of its own."""
+        training script: each is a process of its own (the servers of a cluster run
+        its copy, sent to them now)."""
         if self.script is not None:
+            self.files.send(self.script.copy)
             return
         with deferred_signals():
             self.starter = Starters(self.writer.log_dir, self.record, self.cluster,
@@ -394,10 +395,11 @@ class Run:
         if self.script is None:
             return ([sys.executable, "-m", "qaina_bench.hosts.agent", str(path)], agent_env(),
                     self.writer.log_dir / f"agent-{name}.log")
+        node = self.testbed.host(worker.host)
         env = self.script.env(agent_env(), path, worker.index, len(job.workers),
-                              int_to_ip(job.workers[0].ip),
-                              self.testbed.host(worker.host).defaultIntf().name)
-        return self.script.argv(), env, self.writer.log_dir / self.script.log_name(name)
+                              int_to_ip(job.workers[0].ip), node.defaultIntf().name)
+        remote = getattr(node, "server_key", None) is not None  # the copy, on another server
+        return self.script.argv(remote), env, self.writer.log_dir / self.script.log_name(name)
 
     def _admit(self, index: int, base: int):
         """--arrivals: job ``index`` gets slots ``base..``, its entries, its start signal
@@ -472,19 +474,15 @@ class Run:
         return out
 
     def _check_agents(self):
-        for name, popen, log in self.server_procs:
-            code = self.ledger.poll(popen)
-            if code not in (None, 0):
+        """RunError, with the end of its log, when a server or an agent failed."""
+        kind = "fallback host" if self.shared else getattr(self.mode.server, "label", "")
+        procs = [(f"{kind} {name}", popen, log) for name, popen, log in self.server_procs]
+        procs += [(f"agent j{a.job}w{a.worker} on {a.host}", a.popen, a.log) for a in self.agents]
+        for what, popen, log in procs:
+            if self.ledger.poll(popen) not in (None, 0):
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-                raise RunError(f"{'fallback host' if self.shared else self.mode.server.label} "
-                               f"{name} exited with {code}: "
+                raise RunError(f"{what} exited with {self.ledger.poll(popen)}: "
                                f"{' | '.join(tail)} (log {log})")
-        for a in self.agents:
-            code = self.ledger.poll(a.popen)
-            if code not in (None, 0):
-                tail = a.log.read_text(errors="replace").strip().splitlines()[-3:]
-                raise RunError(f"agent j{a.job}w{a.worker} on {a.host} exited with {code}: "
-                               f"{' | '.join(tail)} (log {a.log})")
 
     def _all_done(self) -> bool:
         return all(self.ledger.poll(a.popen) == 0 for a in self.agents)
@@ -575,7 +573,8 @@ class Run:
             self.starter.close()
         self.sums.remove()
         if self.cli_session is not None:  # what the user started from Mininet's CLI
-            self.cli_session.stop_by_hand()
+            for problem in self.cli_session.stop_by_hand()[1]:
+                self.writer.note_error(f"teardown: {problem}")
         if self.capture is not None:  # the files are written out before the links go
             self.capture.stop(self.dir / "pcap")
         self.files.close()  # the servers' followers end before what is left is checked
