@@ -29,6 +29,12 @@ from .switches.targets import TARGETS, bmv2_missing, toolchain
 
 
 ALLOCATIONS = ("static", "shared")
+#: the fastest link Mininet's TCLink shapes (Mbit/s); it ignores a faster --bw
+MAX_BW = 1000
+#: a link delay as tc's netem takes it (Mininet writes it into a shell command)
+DELAY = re.compile(r"\d+(\.\d+)?(us|ms|s)")
+#: the agents' seeds: numpy's generators take non-negative ones, scikit-learn 32-bit ones
+MAX_SEED = 2 ** 32 - 1
 
 
 def _run_mode(cfg):
@@ -122,8 +128,13 @@ class RunConfig(Settings):
                               f"{POOL_SLOTS} slots")
         if net.loss is not None and not 0 <= net.loss < 100:
             raise ConfigError(f"--loss {net.loss}: a percentage in [0, 100)")
-        if net.bw is not None and net.bw <= 0:
-            raise ConfigError(f"--bw {net.bw}: link bandwidth in Mbit/s must be positive")
+        if net.bw is not None and not 0 < net.bw <= MAX_BW:
+            raise ConfigError(f"--bw {net.bw}: link bandwidth in Mbit/s, above 0 and at most "
+                              f"{MAX_BW} (what Mininet's links shape; leave --bw out for "
+                              "unshaped links)")
+        if net.delay is not None and not DELAY.fullmatch(str(net.delay)):
+            raise ConfigError(f"--delay {net.delay}: a time as tc takes it, e.g. 0.5ms, "
+                              "200us or 1s")
         cores = os.cpu_count() or 1
         if net.host_cpu is not None and not 0.01 <= net.host_cpu <= cores:
             raise ConfigError(f"--host-cpu {net.host_cpu}: cores of CPU time per second, "
@@ -142,6 +153,8 @@ class RunConfig(Settings):
         work, net = self.workload, self.network
         if not 1 <= work.jobs <= MAX_JOBS:
             raise ConfigError(f"--jobs {work.jobs}: the switch holds 1..{MAX_JOBS} jobs")
+        if not 0 <= work.seed <= MAX_SEED:
+            raise ConfigError(f"--seed {work.seed}: a whole number from 0 to {MAX_SEED}")
         if len(work.bits) not in (1, work.jobs):
             raise ConfigError(f"--bits gives {len(work.bits)} widths for {work.jobs} jobs: "
                               "give one for all jobs or one per job (e.g. --bits 4,32)")

@@ -7,12 +7,13 @@ training split into one shard per worker (``training.py``), and writes the set w
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
 from .models import NumpyMLP, TorchModel, TorchResNet
-from .traces import TraceError, TraceSet, default_record_dir, write_trace
+from .traces import TraceError, TraceSet, check_set_name, default_record_dir, write_trace
 from .training import DIGITS, DataParallelJob
 from ..settings import Training
 
@@ -76,6 +77,16 @@ def record(name: str, out_dir=None, model: str = "mlp", workers: int = 8,
     """
     if iterations < 1:
         raise TraceError("iterations must be positive")
+    target = Path(out_dir or default_record_dir()) / check_set_name(name)
+    if target.exists() and not overwrite:  # said before the training, not after it
+        raise TraceError(f"{target} exists (replace it with --overwrite, or overwrite=True)")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TraceError(f"cannot make {target.parent}: {exc.strerror or exc}; choose "
+                         "another --out") from None
+    if not os.access(target.parent, os.W_OK):
+        raise TraceError(f"{target.parent} is not writable: choose another --out")
     job = DataParallelJob(model, workers, seed, batch_size=batch_size,
                           learning_rate=learning_rate, hidden=hidden, width=width,
                           test_fraction=test_fraction)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import zipfile
@@ -244,6 +245,18 @@ def read_manifest(path) -> dict:
 
 # -- writing ------------------------------------------------------------------------------
 
+#: a recorded trace set's name: one directory name
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_set_name(name) -> str:
+    """``name`` if it can name a trace set's directory; TraceError (one line) if not."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise TraceError(f"trace set name {name!r}: use letters, digits, '.', '_' and '-' "
+                         "(at most 100, the first a letter or digit)")
+    return name
+
+
 def write_trace(path, gradients, *, name: str | None = None, model: str, dataset: str,
                 layers, overwrite: bool = False, dtype: str = "float32", **info) -> TraceSet:
     """Write a trace set to directory ``path`` and return it opened.
@@ -256,6 +269,8 @@ def write_trace(path, gradients, *, name: str | None = None, model: str, dataset
     place at the end, so an interrupted write leaves no half trace set behind.
     """
     path = Path(path)
+    if path.name in ("", ".", ".."):  # replacing it would replace its parent
+        raise TraceError(f"{path}: a trace set needs a directory of its own")
     layers = [layer if isinstance(layer, Layer) else Layer(str(layer[0]), tuple(layer[1]))
               for layer in layers]
     elements = sum(layer.size for layer in layers)
@@ -266,7 +281,7 @@ def write_trace(path, gradients, *, name: str | None = None, model: str, dataset
     if iterations < 1 or any(len(per_worker) != iterations for per_worker in gradients):
         raise TraceError("every worker needs the same, positive number of iterations")
     if path.exists() and not overwrite:
-        raise TraceError(f"{path} exists (pass overwrite=True to replace it)")
+        raise TraceError(f"{path} exists (replace it with --overwrite, or overwrite=True)")
     if dtype not in DTYPES:
         raise TraceError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
     manifest = {

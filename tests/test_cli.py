@@ -39,6 +39,14 @@ def run_cli(*args):
     (["up", "--jobs", "17"], "the switch holds 1..16 jobs"),
     (["up", "--host-cpu", "0"], "--host-cpu 0.0: cores of CPU time per second"),
     (["up", "--host-cpu", "64"], "from 0.01 to the machine's"),
+    (["up", "--bw", "2000"], "--bw 2000.0: link bandwidth in Mbit/s, above 0 and at most 1000"),
+    (["up", "--bw", "nan"], "bw is nan, which is not a finite number"),
+    (["up", "--delay", "abc"], "--delay abc: a time as tc takes it"),
+    (["up", "--delay", "1ms; touch /tmp/x"], "a time as tc takes it"),
+    (["up", "--seed", "-1"], "--seed -1: a whole number from 0 to 4294967295"),
+    (["up", "--seed", str(2 ** 32)], "--seed 4294967296: a whole number from 0"),
+    (["up", "--topo", "dumbbell,bottleneck=nan"], "bottleneck='nan' is not a finite number"),
+    (["up", "--topo", "dumbbell,bottleneck=1e4"], "is above its largest value 1000"),
     (["run", "/nonexistent/config.yaml"], "does not exist"),
     (["traces", "show", "nope"], "nope"),
     (["results", "show", "/nonexistent"], "has no summary.json"),
@@ -138,6 +146,33 @@ def test_traces_record_writes_a_set_that_runs(tmp_path):
     assert code == 0 and "tiny" in out
     cfg = RunConfig.flat(trace="tiny", trace_dirs=[str(tmp_path)], workers=2, iterations=2, jobs=1)
     assert cfg.check().workers == 2
+
+
+@pytest.mark.parametrize("name", ["..", "", ".", "a/b", "_x", "x" * 101])
+def test_traces_record_refuses_a_name_that_is_not_one_directory(tmp_path, name):
+    """A name like ``..`` would replace ``--out``'s parent with the set: refused before
+    any training, and nothing beside the set is touched."""
+    out = tmp_path / "victim" / "out"
+    out.mkdir(parents=True)
+    (tmp_path / "victim" / "precious.txt").write_text("keep")
+    code, said = run_cli("traces", "record", name, "--out", str(out), "--overwrite",
+                         "--workers", "1", "--iterations", "1")
+    assert code != 0 and "Traceback" not in said and len(said.strip().splitlines()) == 1
+    assert f"trace set name {name!r}: use letters" in said, said
+    assert (tmp_path / "victim" / "precious.txt").read_text() == "keep" and out.is_dir()
+
+
+def test_traces_record_says_what_is_wrong_with_out_before_training(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for out, fragment in ((afile, f"cannot make {afile}: File exists"),
+                          (afile / "sub", f"cannot make {afile / 'sub'}: Not a directory")):
+        code, said = run_cli("traces", "record", "x", "--out", str(out), "--workers", "1")
+        assert code != 0 and said.strip() == f"Error: {fragment}; choose another --out", said
+        assert "iteration 0" not in said
+    (tmp_path / "x").mkdir()
+    code, said = run_cli("traces", "record", "x", "--out", str(tmp_path), "--workers", "1")
+    assert code != 0 and "exists (replace it with --overwrite" in said and "iteration" not in said
 
 
 @pytest.mark.parametrize("line, fragment", [

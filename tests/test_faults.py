@@ -300,6 +300,39 @@ def test_clean_removes_exactly_what_a_crashed_run_recorded(tmp_path):
         subprocess.run(["ip", "link", "del", "qcleantest0"], capture_output=True)
 
 
+@pytest.mark.parametrize("text", [
+    "[1]", '{"run_id": "a"}', '{"run_id": "a", "owner": "abc", "processes": [], '
+    '"interfaces": []}', '{"run_id": "a", "owner": 1}', "{not json", "null",
+    '{"run_id": "a", "owner": 1, "processes": [5], "interfaces": []}',
+    '{"run_id": "a", "owner": 1, "processes": [], "interfaces": [], "nft_tables": [5]}',
+    '{"run_id": "a", "owner": 1, "processes": [], "interfaces": [], '
+    '"switches": {"s1": {"device_id": 1}}}',
+    '{"run_id": "a", "owner": 1, "processes": [], "interfaces": [], '
+    '"servers": {"n2": {"processes": 5}}}'])
+def test_a_file_in_the_record_directory_that_is_no_record_is_passed_over(tmp_path, text):
+    """``clean``, ``shell`` and ``up`` read every ``*.json`` there: one that is not a
+    run record (another tool's, or damaged) is not one of ours, and nobody crashes."""
+    (tmp_path / "junk.json").write_text(text)
+    env = dict(os.environ, QAINA_RECORD_DIR=str(tmp_path))
+    for args in (["clean"], ["shell", "s1"]):
+        res = subprocess.run([sys.executable, "-m", "qaina_bench.harness.cli", *args],
+                             capture_output=True, text=True, env=env, timeout=120)
+        assert "Traceback" not in res.stdout + res.stderr, (args, res.stdout, res.stderr)
+    assert stale_records(tmp_path) == [] and (tmp_path / "junk.json").exists()
+
+
+@pytest.mark.parametrize("text", ["{bad", "[1]", "null", '{"processes": 5}',
+                                  '{"cgroups": 7}', '{"nft_tables": [5]}',
+                                  '{"processes": [{"pid": "x", "what": "y"}]}'])
+def test_a_servers_part_that_is_no_record_is_refused_there_in_one_line(text):
+    for action in ("remove", "leftovers"):
+        res = subprocess.run([sys.executable, "-m", "qaina_bench.harness.running.remote",
+                              action], input=text, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and not res.stdout, (action, text, res.stdout)
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert res.stderr.startswith(f"{action}: stdin is not a run record's part"), res.stderr
+
+
 def test_a_reused_pid_is_not_taken_for_a_recorded_process(tmp_path):
     """A record whose PID now belongs to a process started later leaves it alone."""
     other = subprocess.Popen(["sleep", "300"])

@@ -76,6 +76,12 @@ def test_rmtree_removes_only_below_the_directory_it_is_given(tmp_path):
     (tmp_path / "a" / "b").mkdir(parents=True)
     assert rmtree(str(tmp_path / "a" / "b"), str(tmp_path / "c")) == 2
     assert (tmp_path / "a" / "b").is_dir()
+    for root in ("/", "//", "///", "/tmp/..", "/./"):  # the root, however it is spelt
+        assert rmtree(root, root) == 2 and rmtree(root + "/tmp", root) == 2
+    (tmp_path / "link").symlink_to(tmp_path / "a")  # a link out of the top is followed
+    assert rmtree(str(tmp_path / "link" / "b"), str(tmp_path / "link")) == 0
+    assert not (tmp_path / "a").exists()  # and the top, empty (as below)
+    (tmp_path / "a" / "b").mkdir(parents=True)
     assert rmtree(str(tmp_path / "a" / "b"), str(tmp_path / "a")) == 0
     assert not (tmp_path / "a").exists()
 

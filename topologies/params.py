@@ -9,6 +9,7 @@ what a run records.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,13 +24,15 @@ class TopologyError(ValueError):
 @dataclass(frozen=True)
 class Param:
     """One parameter of a topology: its name, type (int, float, str or bool), default
-    (None: not set), help text, and the smallest value a number may take."""
+    (None: not set), help text, and the smallest and largest values a number may take
+    (a float is finite)."""
 
     name: str
     type: type
     default: Any = None
     help: str = ""
     low: float | None = None
+    high: float | None = None
 
     def convert(self, topo: str, value) -> Any:
         """``value`` (text from the spec, or a value from a config) as this type."""
@@ -50,9 +53,14 @@ class Param:
             raise TopologyError(f"--topo {topo}: {self.name}={value!r} is not "
                                 f"{'an' if self.type is int else 'a'} "
                                 f"{self.type.__name__}") from None
+        if self.type is float and not math.isfinite(out):
+            raise TopologyError(f"--topo {topo}: {self.name}={value!r} is not a finite number")
         if self.low is not None and out < self.low:
             raise TopologyError(f"--topo {topo}: {self.name}={out} is below its "
                                 f"smallest value {self.low:g}")
+        if self.high is not None and out > self.high:
+            raise TopologyError(f"--topo {topo}: {self.name}={out} is above its "
+                                f"largest value {self.high:g}")
         return out
 
     def describe(self) -> str:

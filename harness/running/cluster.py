@@ -22,6 +22,7 @@ run record.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -37,6 +38,9 @@ from ...settings import ConfigError
 from . import sshmux
 
 LOCAL_NAMES = ("localhost", "127.0.0.1")
+#: a server as ssh takes it: a host name, an ssh config alias, an IPv4 or IPv6 address
+HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*")
+USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
 SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
 
 
@@ -75,16 +79,34 @@ class Cluster:
     @classmethod
     def parse(cls, text: str) -> "Cluster":
         """From ``--cluster``: a YAML file's path, or a comma list of servers."""
+        if Path(text).is_dir():
+            raise ConfigError(f"--cluster {text}: a directory, not a YAML file or a list "
+                              "of servers")
         if Path(text).is_file():
             try:
-                data = yaml.safe_load(Path(text).read_text()) or {}
-            except yaml.YAMLError as exc:
+                data = yaml.safe_load(Path(text).read_text(encoding="utf-8")) or {}
+            except (yaml.YAMLError, UnicodeDecodeError) as exc:
                 raise ConfigError(f"--cluster {text}: not YAML ({exc.__class__.__name__})")
+            except OSError as exc:
+                raise ConfigError(f"--cluster {text}: {exc.strerror or exc}")
             if not isinstance(data, dict) or not isinstance(data.get("servers"), list):
                 raise ConfigError(f"--cluster {text}: needs a list `servers:` of host names")
-            user = str(data.get("user", "root"))
-            servers = [Server(str(s), user) for s in data["servers"]]
-            pins = {str(k): str(v) for k, v in (data.get("pin") or {}).items()}
+            unknown = sorted(map(str, set(data) - {"servers", "user", "pin"}))
+            if unknown:
+                raise ConfigError(f"--cluster {text}: unknown key(s) {', '.join(unknown)} "
+                                  "(it takes servers, user and pin)")
+            user = data.get("user", "root")
+            if not isinstance(user, str) or not USER_NAME.fullmatch(user):
+                raise ConfigError(f"--cluster {text}: user {user!r} is not a user name")
+            pins = data.get("pin") or {}
+            if not isinstance(pins, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in pins.items()):
+                raise ConfigError(f"--cluster {text}: pin is a mapping of node names to "
+                                  "servers (e.g. pin: {sp1: node3})")
+            for name in data["servers"]:
+                if not isinstance(name, str):
+                    raise ConfigError(f"--cluster {text}: server {name!r} is not a host name")
+            servers = [Server(name, user) for name in data["servers"]]
         elif text.endswith((".yaml", ".yml")):
             raise ConfigError(f"--cluster {text}: no such file")
         else:
@@ -92,9 +114,17 @@ class Cluster:
             pins = {}
         if not servers:
             raise ConfigError("--cluster: no servers given (e.g. --cluster localhost,node2)")
+        for server in servers:
+            if not HOST_NAME.fullmatch(server.name):
+                raise ConfigError(f"--cluster: {server.name!r} is not a host name (a name "
+                                  "or address as ssh takes it; a user, port or key go in "
+                                  "~/.ssh/config, or user: in a cluster file)")
         names = [s.name for s in servers]
         if len(set(names)) != len(names):
             raise ConfigError(f"--cluster: a server is listed twice ({', '.join(names)})")
+        if sum(s.local for s in servers) > 1:
+            raise ConfigError(f"--cluster: {' and '.join(s.name for s in servers if s.local)} "
+                              "both name this machine: list it once")
         for node, server in pins.items():
             if server not in names:
                 raise ConfigError(f"--cluster: {node} is pinned to {server}, which is not "
@@ -342,7 +372,9 @@ def remote_resources(server: Server, action: str, entry: dict) -> list[str]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [f"{server.name}: not reached ({exc})"]
     if res.returncode != 0:
-        return [f"{server.name}: not reached ({(res.stderr or res.stdout).strip()[-200:]})"]
+        said = ((res.stderr or res.stdout).strip().splitlines() or ["no output"])[-1][-200:]
+        how = "not reached" if res.returncode == 255 else f"{action} failed there"
+        return [f"{server.name}: {how} ({said})"]
     return [f"{server.name}: {line}" for line in res.stdout.splitlines() if line.strip()]
 
 

@@ -30,6 +30,64 @@ def record_dir() -> Path:
 
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+#: what each list of a record (or of its part for a server) holds: a check per item
+_ITEMS = {
+    "processes": lambda p: isinstance(p, dict) and isinstance(p.get("pid"), int)
+    and isinstance(p.get("what"), str) and (p.get("started") is None or _number(p["started"])),
+    "interfaces": lambda n: isinstance(n, str),
+    "nft_tables": lambda t: isinstance(t, dict) and isinstance(t.get("family"), str)
+    and isinstance(t.get("name"), str),
+    "cgroups": lambda c: isinstance(c, str),
+    "temp_directories": lambda d: isinstance(d, str),
+    "held_to_the_end": lambda x: isinstance(x, str),
+    "ports": lambda p: isinstance(p, dict) and isinstance(p.get("port"), int),
+    "directories": lambda d: isinstance(d, dict) and isinstance(d.get("path"), str)
+    and isinstance(d.get("made"), str),
+}
+
+
+def part_problem(part) -> str | None:
+    """Why ``part`` (a record's lists: its own, or those of one server) is not one, in
+    one line; None when it is."""
+    if not isinstance(part, dict):
+        return "not a JSON object"
+    for key, fits in _ITEMS.items():
+        items = part.get(key, [])
+        if not isinstance(items, list):
+            return f"{key} is not a list"
+        if not all(fits(item) for item in items):
+            return f"{key} holds an entry of the wrong shape"
+    return None
+
+
+def record_problem(data) -> str | None:
+    """Why ``data`` is not a run record, in one line; None when it is one."""
+    problem = part_problem(data)
+    if problem:
+        return problem
+    if not isinstance(data.get("run_id"), str) or not isinstance(data.get("owner"), int):
+        return "no run_id or owner"
+    if not isinstance(data.get("processes"), list) or not isinstance(data.get("interfaces"), list):
+        return "no processes or interfaces"
+    switches = data.get("switches", {})
+    if not isinstance(switches, dict) or not all(
+            isinstance(sw, dict) and isinstance(sw.get("grpc_addr"), str)
+            and isinstance(sw.get("device_id"), int) for sw in switches.values()):
+        return "switches of the wrong shape"
+    servers = data.get("servers", {})
+    if not isinstance(servers, dict):
+        return "servers is not a JSON object"
+    for name, part in servers.items():
+        problem = part_problem(part)
+        if problem:
+            return f"server {name}: {problem}"
+    return None
+
+
 class RunRecord:
     def __init__(self, run_id: str, directory: Path | None = None):
         self.run_id = run_id
@@ -44,6 +102,9 @@ class RunRecord:
         rec = cls.__new__(cls)
         rec.path = Path(path)
         rec.data = json.loads(rec.path.read_text())
+        problem = record_problem(rec.data)
+        if problem:
+            raise ValueError(f"{path}: not a run record ({problem})")
         rec.run_id = rec.data["run_id"]
         return rec
 
