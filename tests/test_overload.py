@@ -231,3 +231,67 @@ def test_a_stopped_switch_sheds_whole_uses_when_it_resumes(tmp_path_factory):
     assert stats["shed"] > 0, "nothing was shed: the test would prove nothing"
     assert stats["kernel_drops"] == 0
     assert stats["shed"] == len(sent) - aggregated == WORKERS * shed
+
+
+@pytest.mark.root
+def test_a_port_flooded_with_junk_sheds_alone(tmp_path_factory):
+    """A host that is no member fills its port's ring with frames the pipeline drops
+    anyway (here while the switch is stopped); the workers' rings hold far less than
+    the shed threshold. Their contributions are all aggregated, none shed: the flooded
+    port's backlog is its own."""
+    import json
+    import os
+    import signal
+    import time
+
+    from conftest import open_lab
+    from qaina_bench.harness.switches.jobs import program_aggregator, program_job, program_route
+    from qaina_bench.p4.embedded.loop import Overload
+    from qaina_bench.p4.embedded.ports import Port
+
+    uses, junk = 200, Overload.FULL + 100  # each use twice (both copies): 400 frames a port
+    assert 2 * uses < Overload.LOW
+    lab = open_lab("embedded", tmp_path_factory, ports=WORKERS + 1)
+    senders = []
+    try:
+        lab.reset()
+        job = make_job(uses)
+        program_aggregator(lab.conn, bench.AGG_IP)
+        program_job(lab.conn, job)
+        for w in job.workers:
+            program_route(lab.conn, w.ip, 32, w.port)
+        streams = {w.port: np.array([np.frombuffer(f, np.uint8) for k, f in
+                                     bench._frames(job, uses) if k == w.index])
+                   for w in job.workers}
+        flood = WORKERS + 1
+        streams[flood] = np.frombuffer(b"\x02\0\0\0\0\x01\x02\0\0\0\0\x02\x88\xb5" +
+                                       bytes(100), np.uint8)[None, :].repeat(junk, axis=0)
+        senders = [Port(i, lab.veths.pairs[i][1], receive=False) for i in streams]
+        names = {i: lab.veths.pairs[i][0] for i in streams}  # the switch's side
+        os.kill(lab.target.pid, signal.SIGSTOP)
+        try:
+            for s in senders:
+                rows = streams[s.number]
+                for start in range(0, len(rows), 256):
+                    s.send_block(rows[start:start + 256])
+                    while not s.flush():
+                        time.sleep(0.001)
+            time.sleep(0.2)
+        finally:
+            os.kill(lab.target.pid, signal.SIGCONT)
+        closed = -1
+        for _ in range(100):  # until the switch has caught up
+            time.sleep(0.2)
+            now = lab.conn.read_counter("MyIngress.slots_closed")[0][0]
+            if now == closed:
+                break
+            closed = now
+    finally:
+        for s in senders:
+            s.close()
+        lab.close()
+    stats = json.loads(lab.target.stats_path.read_text())
+    ports = {i: stats[names[i]] for i in streams}
+    assert ports[flood]["rx"] + ports[flood]["rx_dropped"] >= junk  # the flood got there
+    assert all(ports[w.port]["shed"] == 0 for w in job.workers), ports
+    assert closed == 2 * uses, f"{closed} of {2 * uses} uses aggregated"

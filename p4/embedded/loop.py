@@ -84,10 +84,13 @@ class PortSet:
         waiting = False  # frames left in a transmit ring for want of socket buffer
         try:
             while not self.stopping:
-                level = overload.level
                 longest = 0
-                for fd, _ in poller.poll(0.001 if waiting else 0.2):
-                    longest = max(longest, drain(by_fd[fd], device, overload, level))
+                for fd, events in poller.poll(0.001 if waiting else 0.2):
+                    port = by_fd[fd]
+                    if events & select.EPOLLERR:  # reported until read (a ring never is)
+                        port.clear_error()
+                    longest = max(longest, drain(port, device, overload,
+                                                 overload.level_of(port.number)))
                 waiting = False
                 for p in ports:
                     if p.tx_queued and not self._flush(p):
@@ -107,7 +110,7 @@ class PortSet:
         if not lengths:
             return 0
         if level or len(lengths) == most:  # the ring may hold more
-            overload.behind(port.backlog())
+            overload.behind(port.number, port.backlog())
         try:
             pipeline = device.pipeline
             if pipeline is not None:  # no program yet: dropped, like BMv2 with --no-p4
@@ -141,22 +144,28 @@ class PortSet:
         return {p.ifname: {"rx": p.rx_packets, "rx_reads": p.rx_reads,
                            "rx_dropped": p.kernel_drops(), "shed": p.shed,
                            "rx_mode": p.rx_mode, "tx": p.tx_packets, "tx_calls": p.tx_calls,
-                           "tx_errors": p.tx_errors, "tx_mode": p.tx_mode}
+                           "tx_errors": p.tx_errors, "tx_mode": p.tx_mode,
+                           "link_errors": p.link_errors}
                 for p in self.ports.values()}
 
 
 class Overload:
-    """The shed level of a switch (0: none .. ``burst.SHED_FULL``: every slot use not
-    opened yet), from how full its receive rings are.
+    """The shed level of each port of a switch (0: none .. ``burst.SHED_FULL``: every
+    slot use not opened yet), from how full its receive ring is.
 
-    Every ``PERIOD`` seconds it looks at the most frames a ring held in that period
-    (``Port.backlog``) and sets the level in proportion to how far that is past
-    ``LOW``: none up to ``LOW``, everything from ``FULL`` on (where the kernel is
+    Every ``PERIOD`` seconds it looks at the most frames each ring held in that period
+    (``Port.backlog``) and sets that port's level in proportion to how far that is
+    past ``LOW``: none up to ``LOW``, everything from ``FULL`` on (where the kernel is
     about to drop at random and strand uses). The rings are let fill to a quarter
     before anything is shed: a switch that is behind reads long bursts, which cost
-    it less per frame than the short ones it reads when it keeps up. The level
-    follows the rings, with nothing kept from before: once a stall (the switch
-    descheduled, say) is worked off, it sheds no more than the load needs.
+    it less per frame than the short ones it reads when it keeps up. A level follows
+    its ring, with nothing kept from before: once a stall (the switch descheduled,
+    say) is worked off, it sheds no more than the load needs. Each port sheds by its
+    own ring: a port that a host floods with frames the pipeline drops anyway
+    (another's, malformed) falls behind alone, and the workers' ports do not shed for
+    it. Whole uses stay whole across ports at different levels (``burst.shed_mask``:
+    a use one contribution opened takes the rest, one whose first was shed sheds the
+    rest).
     """
 
     FULL = RX_RING_FRAMES * 7 // 8
@@ -164,26 +173,36 @@ class Overload:
     PERIOD = 0.002
 
     def __init__(self):
-        self.level = 0
-        self.deepest = 0  # the most frames a ring held in this period
+        self.levels: dict[int, int] = {}  # port -> its shed level, when above 0
+        self.deepest: dict[int, int] = {}  # port -> the most frames its ring held
         self._next = 0.0
         self._said = -60.0  # when the log last said the switch sheds
 
-    def behind(self, backlog: int):
-        """A ring held ``backlog`` frames (``Port.backlog``)."""
-        if backlog > self.deepest:
-            self.deepest = backlog
+    @property
+    def level(self) -> int:
+        """The highest level of any port."""
+        return max(self.levels.values(), default=0)
+
+    def level_of(self, port: int) -> int:
+        return self.levels.get(port, 0)
+
+    def behind(self, port: int, backlog: int):
+        """Port ``port``'s ring held ``backlog`` frames (``Port.backlog``)."""
+        if backlog > self.deepest.get(port, 0):
+            self.deepest[port] = backlog
 
     def update(self, now: float):
         if now < self._next:
             return
         self._next = now + self.PERIOD
-        deepest, self.deepest = self.deepest, 0
-        if deepest <= self.LOW:
-            self.level = 0
-            return
-        if not self.level and now - self._said >= 10:  # a line at most every 10 s
+        deepest, self.deepest = self.deepest, {}
+        shedding = bool(self.levels)
+        span = self.FULL - self.LOW
+        self.levels = {p: min(SHED_FULL, SHED_FULL * (d - self.LOW) // span)
+                       for p, d in deepest.items() if d > self.LOW}
+        self.levels = {p: v for p, v in self.levels.items() if v > 0}
+        if self.levels and not shedding and now - self._said >= 10:  # at most every 10 s
             self._said = now
-            log.info("overloaded: a receive ring held %d frames, shedding whole slot uses",
-                     deepest)
-        self.level = min(SHED_FULL, SHED_FULL * (deepest - self.LOW) // (self.FULL - self.LOW))
+            port = max(self.levels, key=self.levels.get)
+            log.info("overloaded: port %d's receive ring held %d frames, shedding whole "
+                     "slot uses", port, deepest[port])

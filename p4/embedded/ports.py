@@ -151,6 +151,7 @@ class Port:
         self.tx_packets = 0
         self.tx_calls = 0  # transmit system calls (tx / tx_calls: frames per call)
         self.tx_errors = 0
+        self.link_errors = 0  # errors the socket reported (link down, interface gone)
         self.tx_queued = 0  # frames in the tx ring not yet handed to the kernel
         # Frame buffers of the socket path; in ring mode, for frames placed unusually.
         self._rows = bytearray(BURST * ROW_SIZE)
@@ -468,6 +469,21 @@ class Port:
                 ring.close()
             except BufferError:  # a view of it is still alive somewhere; unmapped at exit
                 pass
+
+    def clear_error(self) -> int:
+        """Read, and so clear, the socket's pending error (ENETDOWN when the link went
+        down or the interface went away; a read from the socket returns it, but frames
+        come from the ring): epoll reports the socket ready until then. Returns it."""
+        try:
+            err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        except OSError:
+            return 0
+        if err:
+            self.link_errors += 1
+            if self.link_errors <= 10:
+                log.warning("port %d (%s): %s", self.number, self.ifname, errno.errorcode.get(
+                    err, err))
+        return err
 
     def kernel_drops(self) -> int:
         """Frames the kernel dropped for this port so far (full ring or queue)."""
