@@ -246,3 +246,65 @@ def test_a_second_switch_on_a_taken_port_fails_at_start(fresh, tmp_path):
         assert code not in (None, 0), log
         assert "cannot listen for P4Runtime" in log and str(fresh.target.grpc_port) in log
     fresh.conn.read_counter("MyIngress.drops")  # the first switch is untouched
+
+
+def test_a_read_by_key_gives_that_entry_alone(fresh):
+    """Match fields in a Read filter it to the entry of that key (as p4runtime-shell's
+    ``te.read()`` of an entry sends it); an empty entity is refused."""
+    conn = fresh.conn
+    routes = [(0x0A000000, 8), (0x0B000000, 8), (0x0C000000, 16)]
+    for addr in routes:
+        conn.insert("MyIngress.ipv4_lpm", {"hdr.ipv4.dstAddr": addr}, "MyIngress.forward",
+                    {"port": 1})
+    assert len(conn.read_table("MyIngress.ipv4_lpm")) == 3
+    for addr, found in ((routes[1], 1), ((0x0D000000, 8), 0)):
+        entity = p4runtime_pb2.Entity()
+        entity.table_entry.CopyFrom(conn.table_entry(
+            "MyIngress.ipv4_lpm", {"hdr.ipv4.dstAddr": addr}, "MyIngress.forward",
+            {"port": 1}))
+        entity.table_entry.ClearField("action")
+        got = conn._read("route", entity)
+        assert len(got) == found, got
+        if found:
+            assert got[0].table_entry.match[0].lpm.value == conn.table_entry(
+                "MyIngress.ipv4_lpm", {"hdr.ipv4.dstAddr": addr}, "MyIngress.forward",
+                {"port": 1}).match[0].lpm.value
+    # BMv2 answers UNKNOWN ("Incorrect entity type"): p4/README.md, "P4Runtime servers"
+    with pytest.raises(ControlError, match="UNKNOWN" if fresh.kind == "bmv2" else
+                       "INVALID_ARGUMENT"):
+        conn._read("nothing", p4runtime_pb2.Entity())
+
+
+def test_a_pipeline_config_action_the_spec_lacks_is_refused_and_changes_nothing(fresh):
+    conn = fresh.conn
+    conn.insert("MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": 1}, "MyIngress.accept_qaina")
+    req = p4runtime_pb2.SetForwardingPipelineConfigRequest(device_id=1, action=9)
+    req.election_id.high, req.election_id.low = conn.election_id
+    req.config.p4info.CopyFrom(fresh.p4info.proto)
+    req.config.cookie.cookie = 77
+    if fresh.kind == "bmv2":  # takes it (p4/README.md, "P4Runtime servers")
+        conn._call("set pipeline", conn.stub.SetForwardingPipelineConfig, req)
+        return
+    with pytest.raises(ControlError, match="INVALID_ARGUMENT"):
+        conn._call("set pipeline", conn.stub.SetForwardingPipelineConfig, req)
+    assert len(conn.read_table("MyIngress.aggregator_addr")) == 1
+
+
+def test_a_read_of_wildcards_past_the_limit_is_refused_whole(tmp_path_factory):
+    """Every cell of ``agg_sum`` many times over in one small request: the embedded
+    switch refuses it before it builds the answer (a limit of its own: BMv2 builds it)."""
+    from conftest import open_lab
+    from qaina_bench.p4.embedded.runtime import READ_MAX
+    lab = open_lab("embedded", tmp_path_factory, ports=1)
+    try:
+        lab.reset()  # the pipeline installed
+        conn = lab.conn
+        reg = conn.p4info.register("MyIngress.agg_sum")
+        req = p4runtime_pb2.ReadRequest(device_id=1)
+        for _ in range(READ_MAX // reg.size + 1):
+            req.entities.add().register_entry.register_id = reg.id
+        with pytest.raises(ControlError, match="RESOURCE_EXHAUSTED"):
+            conn._call("read", lambda r, timeout: list(conn.stub.Read(r, timeout=timeout)), req)
+        assert len(conn.read_register("MyIngress.agg_count")) > 0  # still serving
+    finally:
+        lab.close()

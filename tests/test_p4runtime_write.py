@@ -71,6 +71,18 @@ def counter_unknown_id(conn):
     return [u]
 
 
+@case("INVALID_ARGUMENT")
+def table_update_of_no_type(conn):
+    conn._write("setup", [upd(U.INSERT, route(conn, (0x0A000009, 32), 1))])
+    return [upd(7, route(conn, (0x0A000009, 32), 3))]
+
+
+@case("INVALID_ARGUMENT")
+def mcast_update_of_no_type(conn):
+    conn.set_multicast_group(5, [(1, 1)])
+    return [mcast(9, 5)]
+
+
 def register_update(conn, kind, index=3):
     u = U(type=kind)
     r = u.entity.register_entry

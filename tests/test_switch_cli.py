@@ -23,6 +23,12 @@ SWITCH = [sys.executable, "-m", "qaina_bench.p4.embedded"]
     (["--log", "/nonexistent/x.log"], "its directory /nonexistent does not exist"),
     (["--coalesce-us", "-1"], "a whole number of microseconds 0..100000"),
     (["--coalesce-us", "200000"], "a whole number of microseconds 0..100000"),
+    (["-i", "1@lo", "-i", "2@lo"], "an interface is given as two ports"),
+    (["--log", "/tmp"], "'/tmp': a directory, not a file"),
+    (["--stats", "/tmp"], "'/tmp': a directory, not a file"),
+    (["--device-id", "\u0661\u0662"], "a device id is a whole number"),
+    (["--grpc-addr", "127.0.0.1:\u0665\u0665\u0665\u0665"], "expected HOST:PORT"),
+    (["-i", "\u0661@lo"], "expected PORT@IFNAME"),
 ])
 def test_bad_options_are_one_line_and_exit_2(args, fragment):
     res = subprocess.run(SWITCH + args, capture_output=True, text=True, timeout=60)

@@ -22,9 +22,14 @@ from .loop import COALESCE_S
 from .ports import PortError
 
 
+def _digits(text: str) -> bool:
+    """Whether ``text`` is a whole number in ASCII digits (``isdigit`` takes others)."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_interface(text: str) -> tuple[int, str]:
     port, sep, ifname = text.partition("@")
-    if not sep or not port.isdigit() or not ifname:
+    if not sep or not _digits(port) or not ifname:
         raise argparse.ArgumentTypeError(f"{text!r}: expected PORT@IFNAME, e.g. 1@veth0")
     if not 0 <= int(port) < 511:
         raise argparse.ArgumentTypeError(f"{text!r}: port numbers are 0..510 (bit<9>, 511 drops)")
@@ -32,7 +37,7 @@ def parse_interface(text: str) -> tuple[int, str]:
 
 
 def device_id(text: str) -> int:
-    if not text.isdigit() or int(text) >> 64:
+    if not _digits(text) or int(text) >> 64:
         raise argparse.ArgumentTypeError(f"{text!r}: a device id is a whole number "
                                          "0..2**64-1 (P4Runtime's uint64)")
     return int(text)
@@ -40,14 +45,14 @@ def device_id(text: str) -> int:
 
 def grpc_addr(text: str) -> str:
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not host or not _digits(port) or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT with a port "
                                          "0..65535, e.g. 127.0.0.1:9559")
     return text
 
 
 def microseconds(text: str) -> int:
-    if not text.isdigit() or int(text) > 100_000:
+    if not _digits(text) or int(text) > 100_000:
         raise argparse.ArgumentTypeError(f"{text!r}: a whole number of microseconds "
                                          "0..100000")
     return int(text)
@@ -56,6 +61,8 @@ def microseconds(text: str) -> int:
 def writable(text: str) -> str:
     """A file the switch can create or append to (its directory exists)."""
     folder = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: a directory, not a file")
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise argparse.ArgumentTypeError(f"{text!r}: its directory {folder} does not exist "
                                          "or cannot be written")
@@ -89,6 +96,8 @@ def main(argv=None) -> int:
     ports = dict(args.interface)
     if len(ports) != len(args.interface):
         ap.error("a port number is given twice")
+    if len(set(ports.values())) != len(ports):
+        ap.error("an interface is given as two ports (each frame would go through twice)")
     if args.cpu is not None:
         try:
             os.sched_setaffinity(0, {args.cpu})

@@ -59,6 +59,9 @@ class StreamClosed(Exception):
 
 
 READ_PART = 32768  # entities per ReadResponse (a register cell takes about 20 bytes)
+#: entities in one Read at most: twice every register cell and counter of the largest
+#: build (536,688); a request of wildcards may ask for more (RESOURCE_EXHAUSTED)
+READ_MAX = 1 << 20
 
 
 class ReadParts:
@@ -68,9 +71,17 @@ class ReadParts:
     def __init__(self):
         self.parts = [p4runtime_pb2.ReadResponse()]
         self._room = READ_PART
+        self.count = 0  # entities so far, and those reserved
+
+    def reserve(self, n: int):
+        """Room for ``n`` more entities, or RESOURCE_EXHAUSTED past ``READ_MAX``."""
+        if self.count + n > READ_MAX:
+            raise PipelineError("RESOURCE_EXHAUSTED", f"the Read asks for more than {READ_MAX} "
+                                "entities: read fewer at a time")
 
     def add(self):
         """A new entity at the end of the answer."""
+        self.count += 1
         if not self._room:
             self.parts.append(p4runtime_pb2.ReadResponse())
             self._room = READ_PART
@@ -238,6 +249,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         action = request.action
         if action == _ACTION.UNSPECIFIED:
             _abort(context, "INVALID_ARGUMENT", "action must be set")
+        if action not in _ACTION.Action.values():
+            _abort(context, "INVALID_ARGUMENT", f"action {action} is not one of the spec's")
         if action in (_ACTION.VERIFY_AND_SAVE, _ACTION.COMMIT):
             _abort(context, "UNIMPLEMENTED",
                    "use VERIFY_AND_COMMIT, RECONCILE_AND_COMMIT or VERIFY")
@@ -321,6 +334,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         kind = entity.WhichOneof("entity")
         if update.type == _UPDATE.UNSPECIFIED:
             raise PipelineError("INVALID_ARGUMENT", "update type must be set")
+        if update.type not in (_UPDATE.INSERT, _UPDATE.MODIFY, _UPDATE.DELETE):
+            raise PipelineError("INVALID_ARGUMENT", f"update type {update.type} is none of "
+                                "INSERT, MODIFY and DELETE")
         if kind == "table_entry":
             self._write_table(pipeline, update.type, entity.table_entry)
         elif kind == "packet_replication_engine_entry":
@@ -442,7 +458,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             for entity in request.entities:
                 kind = entity.WhichOneof("entity")
                 try:
-                    reader = getattr(self, "_read_" + (kind or "none"), None)
+                    if kind is None:
+                        raise PipelineError("INVALID_ARGUMENT", "an entity to read is empty")
+                    reader = getattr(self, "_read_" + kind, None)
                     if reader is None:
                         raise PipelineError("UNIMPLEMENTED", f"reading {kind} is not supported")
                     reader(pipeline, getattr(entity, kind), out)
@@ -451,13 +469,19 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         yield from out.parts
 
     def _read_table_entry(self, pipeline, query, out: ReadParts):
+        if len(query.match) and query.table_id == 0:
+            raise PipelineError("INVALID_ARGUMENT", "match fields filter one table: give its id")
         tables = (pipeline.tables.values() if query.table_id == 0
                   else [self._table(pipeline, query.table_id)])
         for table in tables:
             if query.is_default_action:
                 self._emit_table_entry(out, table, None, table.default)
                 continue
-            for key, action in table.entries.items():
+            entries = table.entries.items()
+            if len(query.match):  # one entry, by its key (as a write gives it)
+                key = match_key(table.info, query)
+                entries = [(key, table.entries[key])] if key in table.entries else []
+            for key, action in entries:
                 e = self._emit_table_entry(out, table, key, action)
                 if key in table.cookies:
                     e.controller_metadata, e.metadata = table.cookies[key]
@@ -524,6 +548,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         add = out.add
         for cinfo, arr in self._arrays(pipeline.counters, query.counter_id, "counter", info):
             cells = self._indexes(query, cinfo.size)
+            out.reserve(cells.stop - cells.start)
             for i, (packets, nbytes) in enumerate(arr[cells].tolist(), cells.start):
                 c = add().counter_entry
                 c.counter_id = cinfo.id
@@ -536,6 +561,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         add = out.add
         for rinfo, arr in self._arrays(pipeline.registers, query.register_id, "register", info):
             cells = self._indexes(query, rinfo.size)
+            out.reserve(cells.stop - cells.start)
             for i, value in enumerate(arr[cells].tolist(), cells.start):
                 r = add().register_entry
                 r.register_id = rinfo.id
