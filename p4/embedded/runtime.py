@@ -59,9 +59,7 @@ class StreamClosed(Exception):
 
 
 READ_PART = 32768  # entities per ReadResponse (a register cell takes about 20 bytes)
-#: entities in one Read at most: twice every register cell and counter of the largest
-#: build (536,688); a request of wildcards may ask for more (RESOURCE_EXHAUSTED)
-READ_MAX = 1 << 20
+READ_MAX = 1 << 20  # entities in one Read: twice all cells of the largest build (536,688)
 
 
 class ReadParts:
@@ -469,8 +467,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         yield from out.parts
 
     def _read_table_entry(self, pipeline, query, out: ReadParts):
-        if len(query.match) and query.table_id == 0:
-            raise PipelineError("INVALID_ARGUMENT", "match fields filter one table: give its id")
+        if len(query.match) and query.table_id == 0:  # match fields filter one table
+            raise PipelineError("INVALID_ARGUMENT", "a Read with match fields needs a table id")
         tables = (pipeline.tables.values() if query.table_id == 0
                   else [self._table(pipeline, query.table_id)])
         for table in tables:
