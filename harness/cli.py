@@ -14,7 +14,7 @@ import click
 from .config import ConfigError, RunConfig, check_system
 from .results.tables import columns_help, print_summary
 from .plugincli import QUANTIZERS, plugins
-from .options import IntList, SectionedCommand, config_from, tree_options
+from .options import IntList, Positive, SectionedCommand, config_from, tree_options
 from .running.mncli import DEFAULT as CLI_DEFAULT, WHEN as CLI_WHEN
 
 DEFAULTS = RunConfig()
@@ -305,7 +305,7 @@ def traces_show(name, dirs):
 @click.option("--seed", type=int, default=DEFAULTS.workload.seed, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=TRAINING.batch_size,
               show_default=True, help="per worker")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=TRAINING.lr,
+@click.option("--lr", type=Positive(), default=TRAINING.lr,
               show_default=True, help="SGD learning rate")
 @click.option("--hidden", type=IntList("layer size", "SIZES"),
               default=",".join(map(str, TRAINING.hidden)), show_default=True,
@@ -341,6 +341,8 @@ def results():
 def results_list(results_dir):
     """Result sets, newest last: status and what was run."""
     from .results.summary import describe_run, list_runs
+    if not Path(results_dir).is_dir():
+        _fail(f"--results-dir {results_dir}: no such directory (no run has written there)")
     for p in list_runs(Path(results_dir)):
         click.echo(f"{p.name:48} {describe_run(p)}")
 
@@ -384,7 +386,7 @@ def evaluate():
               help="train the model closed loop this long for a final accuracy (0: no)")
 @click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]), default=TRAINING.model,
               show_default=True, help="the model trained closed loop")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=TRAINING.lr,
+@click.option("--lr", type=Positive(), default=TRAINING.lr,
               show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=TRAINING.batch_size,
               show_default=True)

@@ -8,6 +8,7 @@ name with one default. Options given on the command line override a config file;
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 
 import click
@@ -31,6 +32,22 @@ class IntList(click.ParamType):
         except ValueError:
             self.fail(f"{value!r} is not a {self.what} or a comma-separated list of them",
                       param, ctx)
+
+
+class Positive(click.FloatRange):
+    """A finite number above 0 (rates, durations, learning rates): ``click.FloatRange``
+    lets nan and inf through."""
+
+    name = "positive number"
+
+    def __init__(self):
+        super().__init__(min=0, min_open=True)
+
+    def convert(self, value, param, ctx):
+        out = super().convert(value, param, ctx)
+        if not math.isfinite(out):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return out
 
 
 class SectionOption(click.Option):

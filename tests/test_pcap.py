@@ -4,6 +4,7 @@ from the same header definition, read back by the real tshark."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -154,3 +155,27 @@ def test_the_dissector_command_writes_the_generated_lua(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1].startswith("Error: cannot write")
+
+
+def test_a_servers_captures_helper_refuses_what_it_is_not_given_and_signals_only_its_tool(
+        tmp_path):
+    """``remote captures`` (run over ssh on a cluster's server): wrong arguments or
+    captures are one line, exit 2; a PID that is not the capture tool is left alone."""
+    helper = [sys.executable, "-m", "qaina_bench.harness.running.remote", "captures"]
+    for args, stdin in ((["wait", "tcpdump", "x"], "[]"), (["stop", "tcpdump", "-1"], "[]"),
+                        (["wait", "tcpdump", "5"], '[{"pid": "x"}]'),
+                        (["wait", "tcpdump", "5"], "{bad"), (["stop"], "[]")):
+        res = subprocess.run(helper + args, input=stdin, capture_output=True, text=True,
+                             timeout=60)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert res.stderr.startswith("usage: captures"), res.stderr
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        items = [{"pid": other.pid, "file": str(tmp_path / "x.pcap"),
+                  "log": str(tmp_path / "x.log")}]
+        res = subprocess.run(helper + ["stop", "tcpdump", "1"], input=json.dumps(items),
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0 and other.poll() is None, res.stderr
+    finally:
+        other.kill()
+        other.wait()

@@ -327,3 +327,12 @@ def test_remote_launch_takes_its_options_in_any_order_and_refuses_wrong_ones():
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("usage: launch --log PATH")
     assert not Path("l").exists()
+    for args, code, said in ((["--log", "", "--", "true"], 2, "usage: launch"),
+                             (["--log", "/proc/qb/x.log", "--", "true"], 2,
+                              "launch: log /proc/qb/x.log: No such file or directory"),
+                             (["--log", "/tmp/qb-launch.log", "--", "/nonexistent/x"], 127,
+                              "launch: /nonexistent/x: no such command here")):
+        res = subprocess.run([sys.executable, "-m", "qaina_bench.harness.running.remote",
+                              "launch", *args], capture_output=True, text=True, timeout=60)
+        assert res.returncode == code and not res.stdout, (args, res.stdout)  # no PID line
+        assert res.stderr.startswith(said) and len(res.stderr.strip().splitlines()) == 1

@@ -45,6 +45,8 @@ def spec(**over) -> dict:
     ({"traces": ["nope"]}, "has no recipe"),
     ({"grid": {"seed": list(range(200)), "bits": [2, 4, 8], "workers": list(range(1, 21))}},
      "more than 10000"),
+    ({"window_elements": 640, "grid": {"bits": [9]}}, "point 0 (bits=9): bit width 9 is not"),
+    ({"window_elements": 640, "grid": {"workers": [0]}}, "point 0 (workers=0): 0 workers"),
 ])
 def test_bad_specs_are_one_clear_error(change, fragment):
     with pytest.raises(SweepError) as err:
@@ -96,6 +98,10 @@ def test_a_point_that_cannot_run_names_the_point():
     s = Spec.from_dict(spec(grid={"bits": [4, 5, 33]}), "s.yaml")
     with pytest.raises(SweepError, match=r"point 2 \(bits=33\): --bits 33 is not supported"):
         plan(s, Path("/tmp/nowhere"))
+    s = Spec.from_dict(spec(grid={"jobs": [None]}), "s.yaml")
+    with pytest.raises(SweepError) as err:
+        plan(s, Path("/tmp/nowhere"))
+    assert str(err.value).count("point 0 (jobs=None)") == 1, err.value
 
 
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.yaml")), ids=lambda p: p.stem)

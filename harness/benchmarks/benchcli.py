@@ -10,9 +10,10 @@ import click
 from ...p4.header import PAYLOAD_WORDS, QAINA_WORDS
 from ...hosts.lanes import BIT_WIDTHS
 from ...hosts.collective import MODES
+from ..options import Positive
 from ..plugincli import RegistryChoice
 
-POSITIVE = click.FloatRange(min=0, min_open=True)  # rates, durations, Mbit/s
+POSITIVE = Positive()  # rates, durations, Mbit/s
 
 
 @click.group()
@@ -172,6 +173,12 @@ def bench_codec(bits, workers, words, repeats):
     """Agent encode/decode throughput, numpy reference and the agents' kernels (fp32
     MB/s and ns per element, one core)."""
     from ...hosts import codec_bench
+    from ...hosts.lanes import LaneError, LaneFormat
+    for b in bits or (4, 32):  # every width, at this many workers, before any timing
+        try:
+            LaneFormat(b, workers)
+        except LaneError as exc:
+            raise click.ClickException(f"--bits {b} with --workers {workers}: {exc}") from None
     args = ["--workers", str(workers), "--words", words, "--repeats", str(repeats)]
     if bits:
         args += ["--bits", *map(str, bits)]

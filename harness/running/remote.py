@@ -51,7 +51,7 @@ def launch_options(args: list[str]) -> dict | None:
             return None
         options[flag] = value
     forked = "--starter" in options
-    if "--log" not in options or forked != ("--ns-pid" in options) \
+    if not options.get("--log") or forked != ("--ns-pid" in options) \
             or ("--cgroups" in options and not forked) \
             or (forked and not options["--ns-pid"].isdigit()):
         return None
@@ -70,9 +70,17 @@ def launch(args: list[str]) -> int:
         return launch_forked(options["log"], options["starter"], options["ns_pid"],
                              options["cmd"], options["cgroups"])
     import psutil
+    import shutil
     log, cmd = options["log"], options["cmd"]
-    os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if shutil.which(cmd[0]) is None:  # said here, before a PID is given for it
+        print(f"launch: {cmd[0]}: no such command here", file=sys.stderr)
+        return 127
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as exc:
+        print(f"launch: log {log}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(json.dumps({"pid": os.getpid(), "started": psutil.Process().create_time()}),
           flush=True)
     os.dup2(fd, 1)
@@ -91,7 +99,11 @@ def launch_forked(log: str, starter: str, ns_pid: int, argv: list[str],
     """``launch --starter``: the fork's PID and start time as ``launch`` prints its
     own, then its exit status (a signal N as 128 + N, as a shell gives it)."""
     import psutil
-    os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+    except OSError as exc:
+        print(f"launch: log {log}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout)  # for the starter's answer (it may still be loading)
     try:

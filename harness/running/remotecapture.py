@@ -111,8 +111,16 @@ def serve_wait(items: list[dict], tool: str, timeout: float) -> int:
     return 0
 
 
+def _runs(pid: int, tool: str) -> bool:
+    """Whether process ``pid`` is ``tool`` (a PID given is signalled only if it is)."""
+    try:
+        return open(f"/proc/{pid}/comm").read().strip() == tool[:15]
+    except OSError:
+        return False
+
+
 def serve_stop(items: list[dict], tool: str, limit_mb: int, wait: float = 5.0) -> int:
-    running = [i for i in items if _alive(i["pid"])]
+    running = [i for i in items if _alive(i["pid"]) and _runs(i["pid"], tool)]
     if running:  # the last frames reach the tools (capture.py, ``_drain``)
         time.sleep(DRAIN_S.get(tool, 0.6))
         sizes, deadline = None, time.monotonic() + 3.0
@@ -146,11 +154,22 @@ def serve_stop(items: list[dict], tool: str, limit_mb: int, wait: float = 5.0) -
 def serve(args: list[str]) -> int:
     """``captures wait TOOL TIMEOUT`` or ``captures stop TOOL LIMIT_MB``, the captures
     as JSON on stdin."""
-    if len(args) != 3 or args[0] not in ("wait", "stop"):
-        print("usage: captures wait TOOL TIMEOUT | captures stop TOOL LIMIT_MB",
-              file=sys.stderr)
+    usage = "usage: captures wait TOOL TIMEOUT | captures stop TOOL LIMIT_MB"
+    try:
+        if len(args) != 3 or args[0] not in ("wait", "stop"):
+            raise ValueError("wrong arguments")
+        number = float(args[2]) if args[0] == "wait" else int(args[2])
+        if not 0 <= number < 1e6:
+            raise ValueError(f"{args[2]} out of range")
+        items = json.loads(sys.stdin.read() or "[]")
+        if not isinstance(items, list) or not all(
+                isinstance(i, dict) and isinstance(i.get("pid"), int)
+                and isinstance(i.get("file"), str) and isinstance(i.get("log"), str)
+                for i in items):
+            raise ValueError("stdin is not a list of captures {pid, file, log}")
+    except ValueError as exc:
+        print(f"{usage} ({exc})", file=sys.stderr)
         return 2
-    items = json.loads(sys.stdin.read() or "[]")
     if args[0] == "wait":
-        return serve_wait(items, args[1], float(args[2]))
-    return serve_stop(items, args[1], int(args[2]))
+        return serve_wait(items, args[1], number)
+    return serve_stop(items, args[1], number)

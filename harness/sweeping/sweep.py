@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from ...hosts.lanes import LaneFormat
+from ...hosts.lanes import LaneError, LaneFormat
 from ...settings import SECTION_OF, SECTIONS
 from ..config import RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing
 
@@ -149,7 +149,10 @@ class Spec:
             {**point.options, "results_dir": str(sweep_dir / "runs"),
              "run_id": run_id(self, point, repeat)}, where)
         if self.window_elements is not None and "slots" not in {**self.base, **point.options}:
-            cfg.workload.slots = slots_for(self.window_elements, cfg)
+            try:
+                cfg.workload.slots = slots_for(self.window_elements, cfg)
+            except LaneError as exc:  # a width or worker count no job can have
+                raise ConfigError(f"{where}: {exc}") from None
         if "seed" not in point.options:  # repeats differ in the agents' random streams
             cfg.workload.seed += repeat - 1
         return cfg
@@ -331,9 +334,9 @@ def plan(spec: Spec, sweep_dir: Path) -> list[Task]:
                 if cfg.training.trace not in recorded:
                     raise SweepError(f"{spec.path}: point {point.index} "
                                      f"({point.describe()}): {exc}") from None
-            except ConfigError as exc:
-                raise SweepError(f"{spec.path}: point {point.index} ({point.describe()}): "
-                                 f"{exc}") from None
+            except ConfigError as exc:  # said of the point once (``config`` may have)
+                where = f"point {point.index} ({point.describe()}): "
+                raise SweepError(f"{spec.path}: {where}{str(exc).removeprefix(where)}") from None
             tasks.append(Task(point, repeat, cfg))
     return tasks
 
