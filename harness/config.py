@@ -33,6 +33,8 @@ ALLOCATIONS = ("static", "shared")
 MAX_BW = 1000
 #: a link delay as tc's netem takes it (Mininet writes it into a shell command)
 DELAY = re.compile(r"\d+(\.\d+)?(us|ms|s)")
+#: the shortest time between two slot reads (s): below it the sampler only spins
+MIN_SAMPLE_INTERVAL = 0.001
 #: the agents' seeds: numpy's generators take non-negative ones, scikit-learn 32-bit ones
 MAX_SEED = 2 ** 32 - 1
 
@@ -104,6 +106,11 @@ class RunConfig(Settings):
         out = self.output
         if out.sample_interval <= 0 or out.timeout <= 0:
             raise ConfigError("--sample-interval and --timeout must be positive")
+        if out.sample_interval < MIN_SAMPLE_INTERVAL:
+            raise ConfigError(f"--sample-interval {out.sample_interval:g}: at least "
+                              f"{MIN_SAMPLE_INTERVAL:g} s (each read is a P4Runtime call)")
+        if not str(out.results_dir).strip():
+            raise ConfigError("--results-dir is empty: name a directory")
         if out.pcap_size < 1:
             raise ConfigError(f"--pcap-size {out.pcap_size}: megabytes per interface, at least 1")
         if self.training.train_script:

@@ -12,8 +12,8 @@ class LeafSpineTopo(QainaTopo):
     aggregates every job: each contribution crosses leaf and spine, each result comes
     back down, and all other traffic takes a shortest path."""
 
-    params = (Param("spines", int, 2, "spine switches", low=1),
-              Param("leaves", int, 2, "leaf switches", low=1))
+    params = (Param("spines", int, 2, "spine switches", low=1, high=64),
+              Param("leaves", int, 2, "leaf switches", low=1, high=64))
 
     def build(self, hosts: int = 4, link: LinkParams = LinkParams(), spines: int = 2,
               leaves: int = 2, **_):
