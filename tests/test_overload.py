@@ -155,15 +155,39 @@ def test_a_use_shed_before_a_worker_sent_again_is_judged_afresh():
     assert not p.agg_count.any() and not p.shed_held.any()
 
 
+def send_while_stopped(lab, senders, streams) -> int:
+    """Each sender's frames (``streams``: port -> frames) into the switch's rings while
+    it is stopped (SIGSTOP), then resumed; returns the uses it closed once caught up."""
+    import os
+    import signal
+    import time
+    os.kill(lab.target.pid, signal.SIGSTOP)
+    try:
+        for s in senders:
+            rows = np.array(streams[s.number])
+            for start in range(0, len(rows), 256):
+                s.send_block(rows[start:start + 256])
+                while not s.flush():
+                    time.sleep(0.001)
+        time.sleep(0.2)
+    finally:
+        os.kill(lab.target.pid, signal.SIGCONT)
+    closed = -1
+    for _ in range(100):  # until the switch has caught up
+        time.sleep(0.2)
+        now = lab.conn.read_counter("MyIngress.slots_closed")[0][0]
+        if now == closed:
+            return closed
+        closed = now
+    return closed
+
+
 @pytest.mark.root
 def test_a_stopped_switch_sheds_whole_uses_when_it_resumes(tmp_path_factory):
     """The switch is stopped (SIGSTOP) while every worker port's receive ring fills
     almost to the end; resumed, it is thousands of frames behind and sheds. No use
     may be left half aggregated or half shed; each aggregated one holds the exact
     sum, every frame is aggregated, shed or dropped by the kernel, and some are shed."""
-    import os
-    import signal
-    import time
 
     from conftest import open_lab
     from qaina_bench.harness.switches.jobs import program_aggregator, program_job, program_route
@@ -185,25 +209,7 @@ def test_a_stopped_switch_sheds_whole_uses_when_it_resumes(tmp_path_factory):
                    for w in job.workers}
         sent = [(w.index, bytes(f)) for w in job.workers for f in streams[w.port]]
         senders = [Port(i, lab.veths.pairs[i][1], receive=False) for i in streams]
-        pid = lab.target.pid
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            for s in senders:
-                rows = np.array(streams[s.number])
-                for start in range(0, len(rows), 256):
-                    s.send_block(rows[start:start + 256])
-                    while not s.flush():
-                        time.sleep(0.001)
-            time.sleep(0.2)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        closed = -1
-        for _ in range(100):  # until the switch has caught up
-            time.sleep(0.2)
-            now = lab.conn.read_counter("MyIngress.slots_closed")[0][0]
-            if now == closed:
-                break
-            closed = now
+        closed = send_while_stopped(lab, senders, streams)
         count = lab.conn.read_register("MyIngress.agg_count")
         seen = lab.conn.read_register("MyIngress.agg_seen")
         sums_cells = lab.conn.read_register("MyIngress.agg_sum")
@@ -240,9 +246,6 @@ def test_a_port_flooded_with_junk_sheds_alone(tmp_path_factory):
     the shed threshold. Their contributions are all aggregated, none shed: the flooded
     port's backlog is its own."""
     import json
-    import os
-    import signal
-    import time
 
     from conftest import open_lab
     from qaina_bench.harness.switches.jobs import program_aggregator, program_job, program_route
@@ -268,24 +271,7 @@ def test_a_port_flooded_with_junk_sheds_alone(tmp_path_factory):
                                        bytes(100), np.uint8)[None, :].repeat(junk, axis=0)
         senders = [Port(i, lab.veths.pairs[i][1], receive=False) for i in streams]
         names = {i: lab.veths.pairs[i][0] for i in streams}  # the switch's side
-        os.kill(lab.target.pid, signal.SIGSTOP)
-        try:
-            for s in senders:
-                rows = streams[s.number]
-                for start in range(0, len(rows), 256):
-                    s.send_block(rows[start:start + 256])
-                    while not s.flush():
-                        time.sleep(0.001)
-            time.sleep(0.2)
-        finally:
-            os.kill(lab.target.pid, signal.SIGCONT)
-        closed = -1
-        for _ in range(100):  # until the switch has caught up
-            time.sleep(0.2)
-            now = lab.conn.read_counter("MyIngress.slots_closed")[0][0]
-            if now == closed:
-                break
-            closed = now
+        closed = send_while_stopped(lab, senders, streams)
     finally:
         for s in senders:
             s.close()
