@@ -293,6 +293,10 @@ def split(data: dict, where: str) -> dict[str, dict]:
     """``data``'s options grouped by section: a section's mapping as it is, a flat
     option under its section; ConfigError for an unknown key or one given twice."""
     grouped: dict[str, dict] = {}
+    for section in SECTIONS:
+        if section in data and not isinstance(data[section], dict):
+            raise ConfigError(f"{where}: {section} is a section: a mapping of its options "
+                              f"(e.g. {section}: {{...}}), not {data[section]!r}")
     flat = {k: v for k, v in data.items() if not (k in SECTIONS and isinstance(v, dict))}
     unknown = sorted(str(k) for k in flat if k not in SECTION_OF)
     if unknown:

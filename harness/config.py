@@ -77,8 +77,11 @@ class RunConfig(Settings):
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: "
-                              f"{str(exc).splitlines()[0]}") from None
+            mark = getattr(exc, "problem_mark", None)
+            at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            raise ConfigError(f"config file {path} is not valid YAML{at}: "
+                              f"{getattr(exc, 'problem', None) or str(exc).splitlines()[0]}"
+                              ) from None
         if data is None:
             raise ConfigError(f"config file {path} is empty; give at least one option "
                               "(e.g. topo: star), or use `qaina-bench up` for the defaults")

@@ -80,7 +80,10 @@ def test_config_file_errors(tmp_path):
     assert code != 0 and "unknown option(s) wokers" in out
     bad.write_text("topo: [unclosed\n")
     code, out = run_cli("run", str(bad))
-    assert code != 0 and "not valid YAML" in out
+    assert code != 0 and "not valid YAML (line 2, column 1): expected ','" in out, out
+    bad.write_text("topo: star\nnetwork: 5\n")
+    code, out = run_cli("run", str(bad))
+    assert code != 0 and "network is a section: a mapping of its options" in out, out
     good = tmp_path / "good.yaml"
     good.write_text(RunConfig.flat(topo="star", jobs=1, bits=[8]).to_yaml())
     cfg = RunConfig.from_yaml(good)
