@@ -44,3 +44,20 @@ def test_a_missing_interface_is_one_line():
     assert res.returncode == 2
     assert res.stderr.strip().splitlines()[-1] == \
         "qaina switch: port 1: interface 'qb-nosuchif': No such device"
+
+
+def test_port_0_listens_where_the_kernel_chose_and_the_log_says_where(tmp_path):
+    import time
+    log = tmp_path / "s.log"
+    proc = subprocess.Popen(SWITCH + ["--grpc-addr", "127.0.0.1:0", "--log", str(log)])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "P4Runtime on" not in (
+                log.read_text() if log.exists() else ""):
+            time.sleep(0.1)
+        line = next(x for x in log.read_text().splitlines() if "P4Runtime on" in x)
+        port = int(line.split("P4Runtime on 127.0.0.1:")[1].split(",")[0])
+        assert port > 0
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0

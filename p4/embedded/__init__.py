@@ -20,7 +20,9 @@ class EmbeddedSwitch:
         self.ports = PortSet(interfaces, coalesce_s=coalesce_s)
         self.device = Device(device_id, self._make_pipeline)
         try:
-            self.server = serve(self.device, grpc_addr)
+            self.server, port = serve(self.device, grpc_addr)
+            #: where it answers P4Runtime (the port the kernel chose when given 0)
+            self.grpc_addr = f"{grpc_addr.rpartition(':')[0]}:{port}"
         except Exception:
             self.ports.close()
             raise

@@ -118,7 +118,7 @@ def main(argv=None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log.info("device %d: P4Runtime on %s, ports %s", args.device_id, args.grpc_addr,
+    log.info("device %d: P4Runtime on %s, ports %s", args.device_id, switch.grpc_addr,
              ", ".join(f"{n}@{i}" for n, i in sorted(ports.items())))
     started = time.monotonic()
     try:

@@ -567,8 +567,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 r.data.bitstring = encode(value, rinfo.bitwidth)
 
 
-def serve(device: Device, address: str) -> grpc.Server:
-    """Start the P4Runtime server on ``address`` (host:port); returns the server.
+def serve(device: Device, address: str) -> tuple[grpc.Server, int]:
+    """Start the P4Runtime server on ``address`` (host:port); returns the server and
+    the port it listens on (the kernel's choice for port 0).
 
     The port is never shared (no SO_REUSEPORT): a switch whose address is taken
     fails here instead of splitting clients with another process.
@@ -585,7 +586,7 @@ def serve(device: Device, address: str) -> grpc.Server:
         raise OSError(f"cannot listen for P4Runtime on {address}: the address is taken "
                       "or not local (another switch may still run there)")
     server.start()
-    return server
+    return server, bound
 
 
 def _cells(entry, info, kind: str) -> slice:
