@@ -38,6 +38,7 @@ new sets from real training runs (``models.py``). Command line:
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -54,6 +55,9 @@ DTYPES = ("float32", "float16")
 MANIFEST = "manifest.json"
 REQUIRED_KEYS = ("format", "version", "name", "model", "dataset", "layers", "elements",
                  "workers", "iterations")
+#: the most workers, iterations or elements (and any layer dimension) a manifest may
+#: name: a gradient of 2**32 float32 values is 16 GiB, past any set this reads
+MAX_COUNT = 2 ** 32
 
 class TraceError(Exception):
     """A trace set that is missing, malformed or cannot be recorded."""
@@ -68,7 +72,7 @@ class Layer:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
 
 def worker_file(k: int) -> str:
@@ -214,6 +218,8 @@ def read_manifest(path) -> dict:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceError(f"{file}: not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise TraceError(f"{file}: not a manifest (nested too deep)") from None
     if not isinstance(manifest, dict):
         raise TraceError(f"{file}: expected a JSON object")
     missing = [key for key in REQUIRED_KEYS if key not in manifest]
@@ -228,19 +234,28 @@ def read_manifest(path) -> dict:
         raise TraceError(f"{file}: dtype {manifest['dtype']!r} is not one of "
                          f"{', '.join(DTYPES)}")
     for key in ("workers", "iterations", "elements"):
-        if not isinstance(manifest[key], int) or manifest[key] < 1:
-            raise TraceError(f"{file}: {key} must be a positive integer, "
-                             f"not {manifest[key]!r}")
+        _count(manifest[key], f"{file}: {key}")
     try:
         layers = [Layer(str(layer["name"]), tuple(int(d) for d in layer["shape"]))
                   for layer in manifest["layers"]]
-    except (TypeError, KeyError, ValueError) as exc:
+    except (TypeError, KeyError, ValueError, OverflowError) as exc:
         raise TraceError(f"{file}: layers must be a list of {{name, shape}}: {exc}") from exc
+    for layer in layers:
+        for d in layer.shape:
+            _count(d, f"{file}: layer {layer.name[:40]!r}: a dimension")
     total = sum(layer.size for layer in layers)
     if total != manifest["elements"]:
         raise TraceError(f"{file}: the layers hold {total} elements, the manifest says "
                          f"{manifest['elements']}")
     return manifest
+
+
+def _count(value, what: str):
+    """TraceError (one line) unless ``value`` is a whole number in 1..MAX_COUNT."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise TraceError(f"{what} must be a positive integer of at most {MAX_COUNT}, "
+                         f"not {shown}")
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -379,19 +394,35 @@ def list_traces(dirs=None) -> list[TraceEntry]:
     """Trace sets on the search path, sorted by name; an earlier directory shadows."""
     found: dict[str, TraceEntry] = {}
     for directory in trace_search_path(dirs):
-        if not directory.is_dir():
+        try:
+            children = sorted(directory.iterdir()) if directory.is_dir() else []
+        except OSError:  # a directory this user cannot read holds no set for them
             continue
-        for child in sorted(directory.iterdir()):
-            if child.name in found or not (child / MANIFEST).is_file():
-                continue
-            try:
-                m = read_manifest(child)
-            except TraceError as exc:
-                found[child.name] = TraceEntry(child.name, child, problem=str(exc))
-                continue
-            found[child.name] = TraceEntry(child.name, child, m["model"], m["dataset"],
-                                           m["workers"], m["iterations"], m["elements"])
+        for child in children:
+            if child.name not in found and _has_manifest(child):
+                found[child.name] = _entry(child)
     return [found[name] for name in sorted(found)]
+
+
+def _has_manifest(child: Path) -> bool:
+    try:
+        return (child / MANIFEST).is_file()
+    except OSError:  # a directory this user cannot enter
+        return False
+
+
+def _entry(child: Path) -> TraceEntry:
+    """The listing's entry of one set: its manifest's figures, or why it is unusable
+    (one bad set never hides the others)."""
+    try:
+        m = read_manifest(child)
+    except TraceError as exc:
+        return TraceEntry(child.name, child, problem=str(exc))
+    except Exception as exc:  # a manifest the checks did not foresee: still one line
+        return TraceEntry(child.name, child, problem=f"{child / MANIFEST}: unreadable "
+                          f"({type(exc).__name__}: {exc})")
+    return TraceEntry(child.name, child, str(m["model"]), str(m["dataset"]),
+                      m["workers"], m["iterations"], m["elements"])
 
 
 def find_trace(name, dirs=None) -> Path:

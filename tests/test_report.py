@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import warnings
 import sys
 from pathlib import Path
 
@@ -174,3 +175,80 @@ def test_the_startup_line_says_where_the_time_before_the_first_packet_went():
     assert startup_line(summary).endswith("network up 1.5 s, agents ready 9.4 s, "
                                           "first send 0.1 s")
     assert startup_line({"startup_to_first_send_s": 2.0}) == "first packet 2.0 s after start"
+
+
+@pytest.mark.parametrize("name, old, new, message", [
+    ("README.md", "<!-- /metrics -->", "",
+     "README.md: <!-- metrics --> has no closing <!-- /metrics -->"),
+    ("docs/results.md", "<!-- /table:links -->", "",
+     "docs/results.md: <!-- table:links --> has no closing <!-- /table:links -->"),
+    ("docs/results.md", "<!-- table:links -->", "",
+     "docs/results.md: <!-- /table:links --> has no opening <!-- table:links -->"),
+    ("docs/results.md", "<!-- /value -->", "",
+     "docs/results.md: <!-- value:qaina_1job_b8 --> has no closing <!-- /value -->"),
+])
+def test_a_marker_without_its_partner_is_named(tmp_path, name, old, new, message):
+    """A block or value whose closing marker was lost is not skipped as if it matched."""
+    root = copy_repo(tmp_path)
+    path = root / name
+    path.write_text(path.read_text().replace(old, new, 1))
+    with pytest.raises(ReportError) as err:
+        check(root)
+    assert str(err.value) == message
+
+
+def test_report_check_names_a_lost_closing_marker_in_one_line(tmp_path):
+    root = copy_repo(tmp_path)
+    readme = root / "README.md"
+    readme.write_text(readme.read_text().replace("<!-- /metrics -->", ""))
+    r = subprocess.run([sys.executable, "-m", "qaina_bench.harness.cli", "report", "--check",
+                        "--root", str(root)], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        "Error: README.md: <!-- metrics --> has no closing <!-- /metrics -->"]
+
+
+def _damage(path: Path, how: str):
+    data = path.read_bytes()
+    if how == "empty":
+        path.write_bytes(b"")
+    elif how == "header only":
+        path.write_bytes(data.split(b"\n")[0] + b"\n")
+    elif how == "cut short":  # in the last row's last field but one
+        path.write_bytes(data[:data.rstrip(b"\n").rfind(b",")])
+    elif how == "binary":
+        path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe" + bytes(range(256)))
+
+
+def _first_problem(root: Path) -> str:
+    """What ``report --check`` says first, with every warning an error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            return check(root)
+        except ValueError as exc:
+            return str(exc)
+
+
+@pytest.mark.parametrize("csv_name", ["ratio", "qaina-jobs", "compression-resnet", "headline"])
+@pytest.mark.parametrize("how, fragment", [
+    ("empty", "is empty"), ("header only", "has a header but no rows"),
+    ("cut short", "(cut short or damaged)"), ("binary", "is not a CSV table"),
+])
+def test_a_damaged_data_file_is_named_in_one_line(tmp_path, csv_name, how, fragment):
+    """Truncated, empty or binary CSVs name the file, in one line, without a numpy
+    warning."""
+    root = copy_repo(tmp_path)
+    _damage(root / "docs" / "data" / f"{csv_name}.csv", how)
+    first = _first_problem(root)
+    assert f"{csv_name}.csv" in first and fragment in first and "\n" not in first
+
+
+def test_a_data_file_without_the_rows_a_table_needs_is_named(tmp_path):
+    """Not a bare ``max() arg is an empty sequence``: the table and its CSV."""
+    root = copy_repo(tmp_path)
+    path = root / "docs" / "data" / "qaina-jobs.csv"
+    path.write_text(path.read_text().replace(",complete,", ",failed,"))
+    first = _first_problem(root)
+    assert first.startswith("docs/results.md: table:qaina-jobs: ") and "\n" not in first
+    assert "docs/data/qaina-jobs.csv" in first and "docs/data/README.md" in first

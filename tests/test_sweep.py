@@ -47,6 +47,18 @@ def spec(**over) -> dict:
      "more than 10000"),
     ({"window_elements": 640, "grid": {"bits": [9]}}, "point 0 (bits=9): bit width 9 is not"),
     ({"window_elements": 640, "grid": {"workers": [0]}}, "point 0 (workers=0): 0 workers"),
+    ({"plot": {"x": "bits", "panels": [{"y": "iteration_s", "scale": "abc"}]}},
+     "plot: panel 1: scale must be a number above 0"),
+    ({"plot": {"x": "bits", "title": [1], "panels": [{"y": "iteration_s"}]}},
+     "plot: title must be text"),
+    ({"plot": {"x": "bits", "kind": "pie", "panels": [{"y": "iteration_s"}]}},
+     "plot: kind is line or bar"),
+    ({"plot": {"x": "bits", "logx": "yes", "panels": [{"y": "iteration_s"}]}},
+     "plot: logx must be true or false"),
+    ({"plot": {"x": "bits", "panels": [{"y": "iteration_s", "colour": 1}]}},
+     "plot: panel 1: unknown key(s) colour"),
+    ({"plot": {"x": "bits", "panels": []}}, "plot: panels must be a list"),
+    ({"plot": {"panels": [{"y": "iteration_s"}]}}, "plot: give x"),
 ])
 def test_bad_specs_are_one_clear_error(change, fragment):
     with pytest.raises(SweepError) as err:
@@ -136,6 +148,23 @@ def test_dry_run_lists_every_run(tmp_path):
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 6 and sum("refused" in line for line in lines) == 2
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("summary, status", [
+    ('{"status": "complete"}', "complete"), ("[1, 2]", "unreadable"), ('"complete"', "unreadable"),
+    ('{"status": ["complete"]}', "unreadable"), ("{", "unreadable"),
+])
+def test_a_stored_summary_that_is_not_a_summary_is_a_run_to_redo(tmp_path, summary, status):
+    """A resumed sweep reruns a stored run whose summary.json is no JSON object."""
+    from qaina_bench.harness.sweeping.sweepcsv import run_row
+    from qaina_bench.harness.sweeping.sweep import stored_status
+    task = plan(Spec.from_dict(spec(grid={"bits": [4]}), "s.yaml"), tmp_path)[0]
+    task.directory.mkdir(parents=True)
+    (task.directory / "config.yaml").write_text(task.cfg.to_yaml())
+    (task.directory / "summary.json").write_text(summary)
+    assert stored_status(task) == status
+    if not summary.startswith("{"):  # sweep.csv's row too
+        assert run_row(task.directory) == {"status": "no summary"}
 
 
 # -- real sweeps (root, Mininet) ----------------------------------------------------------
@@ -247,3 +276,44 @@ def test_only_timings_are_drawn_hollow():
     assert [m["hollow"] for m in marks(p, rows, "iteration_s")] == [2]
     assert [m["hollow"] for m in marks(p, rows, "switch_link_bytes")] == [0]
     assert [m["hollow"] for m in marks(p, rows, "rel_error")] == [0]
+
+
+def plot_dir(tmp_path: Path, table: str, **plot) -> Path:
+    """A sweep directory holding ``table`` as its sweep.csv and a spec with ``plot``."""
+    d = tmp_path / "s"
+    d.mkdir(exist_ok=True)
+    plot = {"x": "bits", "series": "workers", "panels": [{"y": "iteration_s"}], **plot}
+    (d / "spec.yaml").write_text(yaml.safe_dump(spec(plot=plot)))
+    (d / "sweep.csv").write_text("point,repeat,run_id,status,bits,workers,iteration_s,jobs\n"
+                                 "0,1,a,complete,4,2,0.5,1\n" + table)
+    return d
+
+
+def test_plot_names_a_damaged_table_or_plot_section_in_one_line(tmp_path):
+    from qaina_bench.harness.sweeping.figures import plot_sweep
+    r = cli("plot", str(plot_dir(tmp_path, "0,1,complete\n")))  # a row cut short
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"Error: {tmp_path / 's' / 'sweep.csv'}: line 3 has fewer fields than the header: "
+        "the table is damaged (running the same `qaina-bench sweep` again rewrites it)"]
+    with pytest.raises(SweepError, match="line 3 has more fields"):
+        plot_sweep(plot_dir(tmp_path, "1,1,b,complete,32,2,0.7,1,extra\n"), echo=lambda _: None)
+    d = plot_dir(tmp_path, "", panels=[{"y": "iteration_s", "scale": "abc"}])
+    with pytest.raises(SweepError, match="panel 1: scale must be a number above 0"):
+        plot_sweep(d, echo=lambda _: None)
+    with pytest.raises(SweepError, match="title must be text"):
+        plot_sweep(plot_dir(tmp_path, "", title=[1]), echo=lambda _: None)
+
+
+def test_plot_leaves_out_values_no_float_holds(tmp_path):
+    """1e400 is no number to draw (nor a number of jobs): its repeat is left out."""
+    from qaina_bench.harness.sweeping.figures import plot_sweep
+    d = plot_dir(tmp_path, "0,2,b,complete,4,2,1e400,1e400\n1,1,c,complete,32,2,0.7,2\n",
+                 panels=[{"y": "iteration_s", "logy": True}, {"served": True}])
+    printed = []
+    plot_sweep(d, echo=printed.append)
+    assert sum("n=1" in line for line in printed) == 2 and "jobs served" in printed[-1]
+    d = plot_dir(tmp_path, "1,1,c,complete,1e400,2,0.7,2\n", logx=True)
+    with pytest.raises(SweepError, match="x column 'bits' holds '1e400', not a number"):
+        plot_sweep(d, echo=lambda _: None)
+

@@ -157,6 +157,12 @@ def edit_manifest(trace, **changes):
     ({"layers": [{"name": "x"}]}, "layers must be a list"),
     ({"workers": 4}, "missing worker3.npz"),
     ({"iterations": 3}, "no array it2"),
+    ({"elements": 10**30, "layers": [{"name": "x", "shape": [10**30]}]},
+     "elements must be a positive integer of at most 4294967296, not 1000000"),
+    ({"layers": [{"name": "x", "shape": [10**30, 0]}]}, "layer 'x': a dimension must be"),
+    ({"layers": [{"name": "x", "shape": [-1, -15]}]}, "layer 'x': a dimension must be"),
+    ({"layers": [{"name": "x", "shape": [float("inf")]}]}, "layers must be a list"),
+    ({"workers": True}, "workers must be a positive integer"),
 ])
 def test_bad_manifest(small_trace, changes, message):
     trace, _ = small_trace
@@ -225,6 +231,26 @@ def test_user_directories_come_first(tmp_path):
     assert entries["digits-mlp"].path == user / "digits-mlp"
     assert entries["mine"].workers == 3 and entries["mine"].problem is None
     assert "JSON object" in entries["broken"].problem
+
+
+def test_one_absurd_set_does_not_break_the_listing(tmp_path, small_trace):
+    """A manifest naming 10**30 elements is one line in ``show`` and ``up``, and one
+    unusable entry in ``list``, which lists the other sets as before."""
+    trace, _ = small_trace
+    big = trace.path.parent / "big"
+    write_trace(big, small_gradients(), model="toy", dataset="d", layers=LAYERS)
+    edit_manifest(TraceSet.open(big), elements=10**30,
+                  layers=[{"name": "x", "shape": [10**30]}])
+    entries = {e.name: e for e in list_traces([trace.path.parent])}
+    assert entries["small"].problem is None and entries["small"].workers == 3
+    assert "elements must be a positive integer of at most" in entries["big"].problem
+    run = CliRunner().invoke(cli, ["traces", "list", "--trace-dir", str(trace.path.parent)])
+    assert run.exit_code == 0 and "big  UNUSABLE: " in run.output
+    assert "small  toy  3 workers x 2 iterations" in run.output
+    for args in (["traces", "show", str(big)], ["up", "--trace", str(big), "--dry-run"]):
+        run = CliRunner().invoke(cli, args)
+        assert run.exit_code != 0 and not isinstance(run.exception, OverflowError)
+        assert "elements must be a positive integer of at most" in run.output
 
 
 def test_unknown_name_says_where_it_looked(tmp_path):

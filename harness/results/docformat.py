@@ -12,21 +12,24 @@ from typing import Callable
 from .metrics import over_repeats
 
 
+class DataError(ValueError):
+    """A CSV of ``docs/data`` that cannot be read as a table; the message names it."""
+
+
 class DocData:
-    """The CSVs of ``docs/data``, read once each."""
+    """The CSVs of ``docs/data``, read once each; ``read`` names those read (the
+    report clears it before each table, to say which files a failure comes from)."""
 
     def __init__(self, directory: Path):
         self.dir = Path(directory)
         self._tables: dict[str, list[dict]] = {}
+        self.read: list[str] = []
 
     def rows(self, name: str) -> list[dict]:
+        if name not in self.read:
+            self.read.append(name)
         if name not in self._tables:
-            path = self.dir / f"{name}.csv"
-            try:
-                with open(path, newline="") as f:
-                    self._tables[name] = list(csv.DictReader(f))
-            except OSError as exc:
-                raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+            self._tables[name] = read_table(self.dir / f"{name}.csv")
         return self._tables[name]
 
     def points(self, name: str, key: tuple[str, ...]) -> dict[tuple, list[dict]]:
@@ -36,6 +39,30 @@ class DocData:
             if r.get("status") == "complete":
                 out[tuple(r[k] for k in key)].append(r)
         return out
+
+
+def read_table(path: Path) -> list[dict]:
+    """The rows of a CSV with a header and at least one row, every row as long as the
+    header; DataError (one line, naming the file) for anything else."""
+    hint = "docs/data/README.md says which command makes it"
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            head = next(reader, None)
+            lines = [(reader.line_num, r) for r in reader if r]
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"{path} is not a CSV table ({exc}): {hint}") from None
+    if not head:
+        raise DataError(f"{path} is empty: {hint}")
+    if not lines:
+        raise DataError(f"{path} has a header but no rows: {hint}")
+    for line, r in lines:
+        if len(r) != len(head):
+            raise DataError(f"{path}: line {line} has {len(r)} fields, the header "
+                            f"{len(head)} (cut short or damaged): {hint}")
+    return [dict(zip(head, r)) for _, r in lines]
 
 
 def values(rows: list[dict], column: str) -> list[float]:

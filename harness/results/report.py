@@ -12,8 +12,12 @@ part, if any, differs from what its data gives.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
+import numpy as np
+
+from .docformat import DataError
 from .doctables import BLOCKS, VALUES, DocData
 
 #: the files ``report`` rewrites, relative to the repository
@@ -21,6 +25,8 @@ FILES = ("README.md", "docs/results.md", "docs/compression.md", "docs/performanc
 
 BLOCK = re.compile(r"(<!-- (metrics|table:[\w-]+) -->\n)(.*?)(<!-- /\2 -->)", re.S)
 VALUE = re.compile(r"(<!-- value:([\w-]+) -->)(.*?)(<!-- /value -->)", re.S)
+#: every marker, opening or closing, of a block or a value
+MARKER = re.compile(r"<!-- (/?)(metrics|table:[\w-]+|value:[\w-]+|value) -->")
 
 
 class ReportError(ValueError):
@@ -30,6 +36,7 @@ class ReportError(ValueError):
 def rewrite(text: str, data: DocData, where: str) -> tuple[str, list[str]]:
     """``text`` with every marked part made afresh, and the names of the parts that
     changed, in order."""
+    check_markers(text, where)
     changed: list[str] = []
 
     def block(m: re.Match) -> str:
@@ -54,16 +61,57 @@ def rewrite(text: str, data: DocData, where: str) -> tuple[str, list[str]]:
     return VALUE.sub(value, BLOCK.sub(block, text)), changed
 
 
+def check_markers(text: str, where: str):
+    """ReportError (one line) for a marker without its partner: every opening is
+    followed by its own closing before any other marker (a block's opening ends its
+    line), and every closing follows its opening."""
+    opened = None  # (the opening marker, the closing it needs)
+    for m in MARKER.finditer(text):
+        closing, name = m.group(1) == "/", m.group(2)
+        if opened is None and closing:
+            wanted = "value:NAME" if name == "value" else name
+            raise ReportError(f"{where}: {m.group(0)} has no opening <!-- {wanted} -->")
+        if opened is None:
+            if name == "value":
+                raise ReportError(f"{where}: {m.group(0)} names no value: write "
+                                  "<!-- value:NAME -->")
+            if not name.startswith("value:") and not text.startswith("\n", m.end()):
+                raise ReportError(f"{where}: {m.group(0)} must end its line")
+            opened = (m.group(0), "value" if name.startswith("value:") else name)
+        elif closing and name == opened[1]:
+            opened = None
+        else:
+            break
+    if opened is not None:
+        raise ReportError(f"{where}: {opened[0]} has no closing <!-- /{opened[1]} -->")
+
+
 def _make(generator, data: DocData, what: str) -> str:
-    """``generator(data)``; data that lacks what it reads is one ``ReportError``."""
+    """``generator(data)``; data that lacks what it reads, or that it cannot read, is
+    one ``ReportError`` naming the CSVs behind it (numpy's warnings of an empty or
+    bad column are errors here)."""
+    data.read.clear()
     try:
-        return generator(data)
+        with warnings.catch_warnings(), np.errstate(all="raise"):
+            warnings.simplefilter("error", RuntimeWarning)
+            return generator(data)
+    except DataError:
+        raise
     except KeyError as exc:
-        raise ReportError(f"{what}: its data has no {exc.args[0]!r} (a CSV of "
-                          "docs/data from an older command? rerun it)") from None
-    except (StopIteration, IndexError, ZeroDivisionError):
-        raise ReportError(f"{what}: its data has no rows for it (docs/data/README.md "
+        raise ReportError(f"{what}: no {exc.args[0]!r} in {_files(data)} (from an older "
+                          "command? rerun it)") from None
+    except (StopIteration, IndexError, ZeroDivisionError, RuntimeWarning,
+            FloatingPointError):
+        raise ReportError(f"{what}: no rows for it in {_files(data)} (docs/data/README.md "
                           "says which command makes them)") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ReportError(f"{what}: cannot make it from {_files(data)} ({exc}): "
+                          "docs/data/README.md says which command makes them") from None
+
+
+def _files(data: DocData) -> str:
+    """The CSVs the last generator read, as the docs name them."""
+    return " and ".join(f"docs/data/{name}.csv" for name in data.read) or "its data"
 
 
 def render(root: Path) -> dict[Path, tuple[str, list[str]]]:
@@ -76,6 +124,8 @@ def render(root: Path) -> dict[Path, tuple[str, list[str]]]:
             text = path.read_text()
         except OSError as exc:
             raise ReportError(f"cannot read {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ReportError(f"{path} is not text (UTF-8)") from None
         out[path] = rewrite(text, data, name)
     return out
 

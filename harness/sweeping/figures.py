@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import math
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -41,20 +42,20 @@ from .sweeprun import CSV_FILE, SPEC_FILE
 UNTIMED = {"rel_error", "register_bit_efficiency", "bytes_per_iteration", "bytes_sent",
            "steady_bytes_per_iteration", "switch_link_bytes",
            "slots_peak", "jobs_fit"}
-PANEL_KEYS = {"y", "ylabel", "scale", "logy", "served"}
-PLOT_KEYS = {"title", "x", "xlabel", "series", "facet", "kind", "logx", "speedup_over",
-             "panels"}
 
 
 def _number(value):
+    """A cell as a float, or as it is where it is no finite number (``1e400``, ``nan``,
+    text), or None where it is empty."""
     if value in (None, ""):
         return None
     if value in ("True", "False"):
         return float(value == "True")
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         return value
+    return number if math.isfinite(number) else value
 
 
 def _key(value):
@@ -80,7 +81,8 @@ def load(sweep_dir: Path) -> tuple[Spec, list[dict]]:
     spec = Spec.load(sweep_dir / SPEC_FILE)
     try:
         with open(sweep_dir / CSV_FILE, newline="") as f:
-            rows = list(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            rows = [_whole_row(r, reader.line_num, sweep_dir / CSV_FILE) for r in reader]
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise SweepError(f"{sweep_dir / CSV_FILE} is unreadable: {exc}") from None
     if rows and not {"status", "point"} <= set(rows[0]):
@@ -88,30 +90,30 @@ def load(sweep_dir: Path) -> tuple[Spec, list[dict]]:
     return spec, rows
 
 
+def _whole_row(row: dict, line: int, path: Path) -> dict:
+    """``row`` if it has as many fields as the header; SweepError if not."""
+    if None in row or None in row.values():  # csv's marks of a long and a short row
+        raise SweepError(f"{path}: line {line} has {'more' if None in row else 'fewer'} "
+                         "fields than the header: the table is damaged (running the same "
+                         "`qaina-bench sweep` again rewrites it)")
+    return row
+
+
 def check_plot(spec: Spec, rows: list[dict]) -> dict:
+    """The spec's plot section (its types checked when the spec was loaded) with its
+    columns checked against sweep.csv's."""
     p = dict(spec.plot or {})
     if not p:
         raise SweepError(f"the spec of {spec.name} has no plot section")
-    bad = sorted(set(p) - PLOT_KEYS)
-    if bad:
-        raise SweepError(f"plot: unknown key(s) {', '.join(bad)}; known: "
-                         f"{', '.join(sorted(PLOT_KEYS))}")
     cols = set(rows[0]) if rows else set()
     series = p.get("series") or []
     p["series"] = [series] if isinstance(series, str) else list(series)
     for name in [p.get("x")] + p["series"] + ([p["facet"]] if p.get("facet") else []):
         if not name or (rows and name not in cols):
             raise SweepError(f"plot: {name!r} is not a column of {CSV_FILE}")
-    panels = p.get("panels") or []
-    if not panels:
-        raise SweepError("plot: give at least one panel")
-    for panel in panels:
-        if not isinstance(panel, dict) or set(panel) - PANEL_KEYS:
-            raise SweepError(f"plot: a panel is a mapping of {', '.join(sorted(PANEL_KEYS))}")
+    for panel in p["panels"]:
         if not panel.get("served") and (not panel.get("y") or (rows and panel["y"] not in cols)):
             raise SweepError(f"plot: panel y {panel.get('y')!r} is not a column of {CSV_FILE}")
-    if p.get("kind", "line") not in ("line", "bar"):
-        raise SweepError("plot: kind is line or bar")
     return p
 
 
@@ -136,8 +138,11 @@ def marks(p: dict, rows: list[dict], y: str, facet_value=None) -> list[dict]:
         groups.setdefault(key, []).append(r)
     out = []
     for (series, x), rs in groups.items():
-        out.append({"series": " ".join(series) or y, "x": x, "y": y,
-                    **over_repeats([_number(r[y]) for r in rs]),
+        with np.errstate(all="ignore"):
+            stats = over_repeats([_number(r[y]) for r in rs])
+        if not all(math.isfinite(stats[k]) for k in ("mean", "min", "max")):
+            continue  # values too big to average
+        out.append({"series": " ".join(series) or y, "x": x, "y": y, **stats,
                     "hollow": 0 if y in UNTIMED else sum(map(not_network_bound, rs))})
     xs = ordered(r[p["x"]] for r in rows)
     names = ordered(" ".join(r[s] for s in p["series"]) or y for r in rows)
@@ -154,10 +159,10 @@ def served(p: dict, rows: list[dict], facet_value=None) -> list[dict]:
         name = " ".join(r[s] for s in p["series"])
         m = out.setdefault(name, {"series": name, "served": 0, "refused_at": None,
                                   "pool_holds": None})
-        try:
-            jobs = int(float(r["jobs"]))
-        except (KeyError, TypeError, ValueError):
+        jobs = _number(r.get("jobs"))
+        if not isinstance(jobs, float):
             continue
+        jobs = int(jobs)
         slots, pool = _number(r.get("slots")), _number(r.get("pool_slots"))
         if isinstance(slots, float) and isinstance(pool, float) and slots >= 1:
             m["pool_holds"] = int(pool) // int(slots)  # what the pool holds at this window
@@ -171,63 +176,87 @@ def served(p: dict, rows: list[dict], facet_value=None) -> list[dict]:
 
 def plot_sweep(sweep_dir: Path, echo=print) -> list[Path]:
     """Draw the spec's figure; returns the files written."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     sweep_dir = Path(sweep_dir)
     spec, rows = load(sweep_dir)
     p = check_plot(spec, rows)
     if not any(r["status"] == "complete" for r in rows):
         raise SweepError(f"{sweep_dir}: no run has finished yet (run the sweep first)")
+    out_dir = sweep_dir / "figures"
+    png, data = out_dir / f"{spec.name}.png", out_dir / f"{spec.name}.csv"
+    try:
+        out_dir.mkdir(exist_ok=True)
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")  # matplotlib on odd values: the table has them
+            table = _draw(spec, p, rows, png)
+        _write_table(data, table)
+    except OSError as exc:
+        raise SweepError(f"cannot write {out_dir}: {exc.strerror or exc}") from None
+    except SweepError:
+        raise
+    except (ValueError, OverflowError) as exc:  # values matplotlib cannot place
+        raise SweepError(f"plot: cannot draw {png.name} from these values: {exc}") from None
+    _print_table(table, echo)
+    return [png, data]
+
+
+def _draw(spec: Spec, p: dict, rows: list[dict], png: Path) -> list[dict]:
+    """Draw the figure into ``png``; returns the numbers behind its marks."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     facets = (sorted({r[p["facet"]] for r in rows}, key=_key) if p.get("facet") else [None])
     panels = p["panels"]
     width = max(6.4, 4.6 * len(panels))
     fig, axes = plt.subplots(len(facets), len(panels), squeeze=False,
                              figsize=(width, 3.6 * len(facets) + 0.8))
     table = []
-    for i, facet in enumerate(facets):
-        for j, panel in enumerate(panels):
-            ax = axes[i][j]
-            made = (_served_panel(ax, p, rows, facet, panel) if panel.get("served")
-                    else _panel(ax, p, rows, facet, panel))
-            for m in made:
-                m["facet"] = "" if facet is None else f"{p['facet']}={facet}"
-            table += made
-            if facet is not None:
-                ax.set_title(f"{p['facet']} = {facet}", fontsize=9)
+    try:
+        for i, facet in enumerate(facets):
+            for j, panel in enumerate(panels):
+                ax = axes[i][j]
+                made = (_served_panel(ax, p, rows, facet, panel) if panel.get("served")
+                        else _panel(ax, p, rows, facet, panel))
+                for m in made:
+                    m["facet"] = "" if facet is None else f"{p['facet']}={facet}"
+                table += made
+                if facet is not None:
+                    ax.set_title(f"{p['facet']} = {facet}", fontsize=9)
+        fig.suptitle("\n".join(textwrap.wrap(p.get("title", spec.name), int(width * 11))),
+                     fontsize=11)
+        fig.text(0.01, 0.005, "\n".join(textwrap.wrap(_note(table), int(width * 17))),
+                 fontsize=7)
+        fig.tight_layout(rect=(0, 0.04, 1, 0.97))
+        fig.savefig(png, dpi=120)
+    finally:
+        plt.close(fig)
+    return table
+
+
+def _note(table: list[dict]) -> str:
+    """The figure's footnote: repeats per mark, and what the hollow marks mean."""
     hollow = sum(m.get("hollow", 0) for m in table)
     repeats = sorted({m["repeats"] for m in table if "repeats" in m})
-    note = (f"mean of {'/'.join(map(str, repeats))} repeat(s) per mark, bars: min to max. "
+    return (f"mean of {'/'.join(map(str, repeats))} repeat(s) per mark, bars: min to max. "
             + (f"Hollow marks, hatched bars: not network-bound in at least one repeat "
                f"({hollow} runs; the fidelity verdict, or a saturated CPU for runs made "
                "before it): the timing measures the machine as much as the network."
                if hollow else "No run behind these marks was judged other than "
                "network-bound."))
-    fig.suptitle("\n".join(textwrap.wrap(p.get("title", spec.name), int(width * 11))),
-                 fontsize=11)
-    fig.text(0.01, 0.005, "\n".join(textwrap.wrap(note, int(width * 17))), fontsize=7)
-    fig.tight_layout(rect=(0, 0.04, 1, 0.97))
-    out_dir = sweep_dir / "figures"
-    out_dir.mkdir(exist_ok=True)
-    png = out_dir / f"{spec.name}.png"
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
-    data = out_dir / f"{spec.name}.csv"
-    _write_table(data, table)
-    _print_table(table, echo)
-    return [png, data]
 
 
 def _panel(ax, p, rows, facet, panel) -> list[dict]:
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     y, scale = panel["y"], float(panel.get("scale", 1.0))
-    ms = marks(p, rows, y, facet)
+    ms = [m for m in marks(p, rows, y, facet)  # none that overflows once scaled
+          if all(math.isfinite(m[k] * scale) for k in ("mean", "min", "max"))]
     kind = p.get("kind", "line")
     names = list(dict.fromkeys(m["series"] for m in ms))
     xs = ordered(m["x"] for m in ms)
     colours = {n: f"C{k % 10}" for k, n in enumerate(names)}
     width = 0.8 / max(len(names), 1)
+    if kind == "line":
+        _check_line_x(p, xs)
     for k, name in enumerate(names):
         mine = [m for m in ms if m["series"] == name]
         pos = ([xs.index(m["x"]) + (k - (len(names) - 1) / 2) * width for m in mine]
@@ -265,6 +294,9 @@ def _panel(ax, p, rows, facet, panel) -> list[dict]:
         from matplotlib.ticker import MaxNLocator
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if panel.get("logy"):
+        if ms and not any(m["mean"] * scale > 0 for m in ms):
+            raise SweepError(f"plot: panel {y!r} has no mark above 0 to draw on a log axis "
+                             "(logy: false draws them)")
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -275,6 +307,19 @@ def _panel(ax, p, rows, facet, panel) -> list[dict]:
     if names and names != [y]:
         ax.legend(fontsize=7)
     return ms
+
+
+def _check_line_x(p: dict, xs: list):
+    """A line puts each mark at its x: SweepError for an x that is no number (or,
+    with logx, none above 0)."""
+    for x in xs:
+        v = _number(x)
+        if not isinstance(v, float):
+            raise SweepError(f"plot: x column {p['x']!r} holds {x!r}, not a number: a line "
+                             "needs numbers on x (kind: bar draws any value)")
+        if p.get("logx") and v <= 0:
+            raise SweepError(f"plot: x column {p['x']!r} holds {x!r}: logx needs every x "
+                             "above 0 (or logx: false)")
 
 
 def _speedups(ax, ms, base, xs, names, width, scale):

@@ -47,6 +47,9 @@ OPTIONS = set(SECTION_OF) - RESERVED
 MAX_RUNS = 10_000  # runs of one sweep
 TRACE_KEYS = {"name", "model", "hidden", "workers", "iterations", "dtype", "seed", "width",
               "lr", "batch_size"}
+PLOT_KEYS = {"title", "x", "xlabel", "series", "facet", "kind", "logx", "speedup_over",
+             "panels"}
+PANEL_KEYS = {"y", "ylabel", "scale", "logy", "served"}
 
 
 class SweepError(ValueError):
@@ -117,7 +120,7 @@ class Spec:
                    window_elements=(None if data.get("window_elements") is None else _whole(
                        data["window_elements"], f"{where}: window_elements", 1, 10**9)),
                    traces=_traces(data.get("traces"), where),
-                   plot=_mapping(data.get("plot", {}), f"{where}: plot"),
+                   plot=_plot(data.get("plot", {}), f"{where}: plot"),
                    description=str(data.get("description", "")), path=where)
         _options(spec.base, f"{where}: base")
         return spec
@@ -263,6 +266,71 @@ def _traces(traces, where: str) -> list | None:
     return traces
 
 
+def _plot(plot, where: str) -> dict:
+    """The plot section with its keys and their types checked (``figures.py`` checks
+    its columns against sweep.csv); empty if the spec draws nothing."""
+    plot = _mapping(plot, where)
+    if not plot:
+        return plot
+    _known(plot, PLOT_KEYS, where)
+    for key in ("title", "x", "xlabel", "facet", "speedup_over"):
+        _text(plot.get(key), f"{where}: {key}")
+    if plot.get("x") is None:
+        raise SweepError(f"{where}: give x, the axis (or sweep.csv column) across the plot")
+    series = plot.get("series")
+    if not isinstance(series, (str, type(None))) and not (
+            isinstance(series, list) and all(isinstance(s, str) for s in series)):
+        raise SweepError(f"{where}: series must be an axis or a list of axes, got {series!r}")
+    if plot.get("kind", "line") not in ("line", "bar"):
+        raise SweepError(f"{where}: kind is line or bar, got {plot['kind']!r}")
+    _flag(plot.get("logx"), f"{where}: logx")
+    panels = plot.get("panels")
+    if not isinstance(panels, list) or not panels:
+        raise SweepError(f"{where}: panels must be a list of at least one panel "
+                         f"({', '.join(sorted(PANEL_KEYS))})")
+    for n, panel in enumerate(panels, 1):
+        _panel(panel, f"{where}: panel {n}")
+    return plot
+
+
+def _panel(panel, where: str):
+    """One panel of the plot section: a y column (or ``served``), its types checked."""
+    if not isinstance(panel, dict):
+        raise SweepError(f"{where} must be a mapping of {', '.join(sorted(PANEL_KEYS))}")
+    _known(panel, PANEL_KEYS, where)
+    _flag(panel.get("served"), f"{where}: served")
+    _flag(panel.get("logy"), f"{where}: logy")
+    _text(panel.get("ylabel"), f"{where}: ylabel")
+    _text(panel.get("y"), f"{where}: y")
+    if not panel.get("served") and panel.get("y") is None:
+        raise SweepError(f"{where}: give y, the sweep.csv column it draws (or served: true)")
+    if "scale" in panel:
+        try:
+            scale = float(panel["scale"])
+        except (TypeError, ValueError, OverflowError):
+            scale = math.nan
+        if isinstance(panel["scale"], bool) or not math.isfinite(scale) or scale <= 0:
+            raise SweepError(f"{where}: scale must be a number above 0 (e.g. 1.0e-6), "
+                             f"got {panel['scale']!r}")
+
+
+def _known(section: dict, keys: set, where: str):
+    bad = sorted(str(k) for k in set(section) - keys)
+    if bad:
+        raise SweepError(f"{where}: unknown key(s) {', '.join(bad)}; known: "
+                         f"{', '.join(sorted(keys))}")
+
+
+def _text(value, where: str):
+    if value is not None and not isinstance(value, str):
+        raise SweepError(f"{where} must be text (quote it), got {value!r}")
+
+
+def _flag(value, where: str):
+    if value is not None and not isinstance(value, bool):
+        raise SweepError(f"{where} must be true or false, got {value!r}")
+
+
 def trace_names(spec: "Spec") -> set[str]:
     return {t if isinstance(t, str) else t["name"] for t in spec.traces or []}
 
@@ -357,9 +425,11 @@ def stored_status(task: Task) -> str | None:
         raise SweepError(f"{d} was run with other options ({', '.join(diff)}) than the spec "
                          "now gives: use another --out, or remove that directory")
     try:
-        return json.loads((d / "summary.json").read_text()).get("status", "unreadable")
+        summary = json.loads((d / "summary.json").read_text())
     except (OSError, ValueError):
         return "unreadable"
+    status = summary.get("status") if isinstance(summary, dict) else None
+    return status if isinstance(status, str) else "unreadable"
 
 
 def set_aside(directory: Path) -> Path:

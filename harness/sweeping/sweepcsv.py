@@ -47,6 +47,8 @@ def run_row(directory: Path) -> dict:
         s = json.loads((directory / "summary.json").read_text())
     except (OSError, ValueError):
         return {"status": "no summary"}
+    if not isinstance(s, dict):  # not a summary: a run that did not complete
+        return {"status": "no summary"}
     return {"status": s.get("status"), **sweep_values(s, directory)}
 
 

@@ -568,8 +568,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 
 
 def serve(device: Device, address: str) -> tuple[grpc.Server, int]:
-    """Start the P4Runtime server on ``address`` (host:port); returns the server and
-    the port it listens on (the kernel's choice for port 0).
+    """Start the P4Runtime server on ``address`` (host:port); returns it and its port.
 
     The port is never shared (no SO_REUSEPORT): a switch whose address is taken
     fails here instead of splitting clients with another process.
