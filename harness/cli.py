@@ -128,9 +128,18 @@ def run(ctx, config, dry_run, **opts):
 
 
 def show(cfg: RunConfig):
-    """Check ``cfg`` (one line if it cannot work) and print it as YAML."""
+    """Check ``cfg`` (one line if it cannot work) and print it as YAML. Also what ``up``
+    checks of the options before it asks anything of the machine: ``--cluster``'s
+    servers as written (not whether they answer) and ``--pcap``'s names."""
     try:
         cfg.check()
+        if cfg.network.cluster:
+            from .running.cluster import Cluster
+            Cluster.parse(cfg.network.cluster)
+        if cfg.output.pcap:
+            from .running.capture import CapturePlan
+            from .running.run import build_topology
+            CapturePlan.resolve(cfg.output.pcap, build_topology(cfg), cfg.output.pcap_size)
     except ConfigError as exc:
         _fail(exc)
     click.echo(cfg.to_yaml().rstrip("\n"))
@@ -285,8 +294,9 @@ def traces_show(name, dirs):
     from ..hosts.traces import TraceError, find_trace, read_manifest
     try:
         path = find_trace(name, list(dirs) or None)
+        manifest = read_manifest(path)  # the path is printed only with its manifest
         click.echo(path)
-        click.echo(json.dumps(read_manifest(path), indent=1))
+        click.echo(json.dumps(manifest, indent=1))
     except TraceError as exc:
         _fail(exc)
 

@@ -372,3 +372,22 @@ def test_results_show_of_a_summary_it_cannot_read_is_one_line(tmp_path):
     assert out.strip().splitlines() == [
         f"Error: {tmp_path / 'summary.json'} is not a summary this qaina-bench can read "
         "(KeyError: 'run_id')"]
+
+
+def test_a_dry_run_checks_pcap_names_and_the_cluster_as_up_does(tmp_path):
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("servers: [localhost, n2]\npin: 5\n")
+    for args, fragment in ((["--pcap", "nosuch"], "--pcap nosuch: not a node or interface"),
+                           (["--cluster", str(spec)], "pin is a mapping of node names"),
+                           (["--cluster", "root@n2:22"], "'root@n2:22' is not a host name")):
+        code, out = run_cli("up", *args, "--dry-run")
+        assert code != 0 and fragment in out and "Traceback" not in out, out
+    code, out = run_cli("up", "--cluster", "localhost,n2", "--dry-run")  # not asked: ssh
+    assert code == 0 and "cluster: localhost,n2" in out, out
+
+
+def test_traces_show_of_a_damaged_set_says_only_what_is_wrong(tmp_path):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "manifest.json").write_text("{not json")
+    code, out = run_cli("traces", "show", str(tmp_path / "bad"))
+    assert code != 0 and len(out.strip().splitlines()) == 1 and out.startswith("Error:"), out
