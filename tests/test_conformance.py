@@ -73,7 +73,10 @@ def test_duplicate_contribution_is_not_added_twice(sw):
     rng = np.random.default_rng(1)
     words = [job.fmt.pack(rng.integers(-7, 8, sw.words * job.fmt.lanes)) for _ in range(4)]
     send(sw, job, 0, words[0])
-    send(sw, job, 0, words[0], flags=FLAG_RETX)
+    for _ in range(3):  # BMv2 can lose a frame on capture on a busy machine: again, then
+        send(sw, job, 0, words[0], flags=FLAG_RETX)
+        if count(sw, "drops", Drop.DUPLICATE, 1, timeout=5.0) == 1:
+            break
     for k in (1, 2, 3):
         send(sw, job, k, words[k])
     for w in job.workers:

@@ -33,12 +33,14 @@ def execute(tmp_path, **kw):
     return run.execute(), run
 
 
-def check_cost_adds_up(summary: dict):
-    """Every component spent CPU time, and together no more than the cores had."""
+def check_cost_adds_up(summary: dict, working=("agents", "switches", "harness")):
+    """The components ``working`` spent CPU time (``/proc`` counts 10 ms ticks: a switch
+    that only forwards a short run's TCP may spend none), each is its user and system
+    time, and together no more than the cores had."""
     c = summary["cpu_cost"]
     parts = c["components"]
     for name in ("agents", "switches", "harness"):
-        assert parts[name]["total_s"] > 0, name
+        assert parts[name]["total_s"] > 0 or name not in working, name
         assert parts[name]["total_s"] == pytest.approx(parts[name]["user_s"]
                                                        + parts[name]["system_s"])
     assert c["unread"] == []
@@ -86,7 +88,7 @@ def test_an_unshaped_run_is_not_network_bound(tmp_path):
     assert summary["fidelity"]["verdict"] == "cpu-bound"
     assert any("was cpu-bound, not network-bound" in w
                for w in summary["validity"]["warnings"])
-    check_cost_adds_up(summary)
+    check_cost_adds_up(summary, working=("agents", "harness"))  # the switch only routes
     ps = summary["cpu_cost"]["components"]["ps"]
     assert ps["processes"] == 2 and ps["total_s"] > 0
 
