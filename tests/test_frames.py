@@ -103,7 +103,10 @@ def test_values_equal_the_files_the_run_wrote(sweep):
         ended = max(float(r["end"]) for r in mine)
         during = slots[(slots["job"].astype(int) == job["job_id"])
                        & slots["time"].astype(float).between(began, ended)]
-        assert during["slots_in_use"].max() == job["slots_peak"]
+        if during.empty:  # a busy machine took no slot sample within them: no peak
+            assert job["slots_peak"] is None
+        else:
+            assert during["slots_in_use"].max() == job["slots_peak"]
 
 
 @pytest.mark.root
