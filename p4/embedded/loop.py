@@ -198,9 +198,9 @@ class Overload:
         deepest, self.deepest = self.deepest, {}
         shedding = bool(self.levels)
         span = self.FULL - self.LOW
-        self.levels = {p: min(SHED_FULL, SHED_FULL * (d - self.LOW) // span)
-                       for p, d in deepest.items() if d > self.LOW}
-        self.levels = {p: v for p, v in self.levels.items() if v > 0}
+        levels = {p: min(SHED_FULL, SHED_FULL * (d - self.LOW) // span)
+                  for p, d in deepest.items()}
+        self.levels = {p: v for p, v in levels.items() if v > 0}  # at or below LOW: 0
         if self.levels and not shedding and now - self._said >= 10:  # at most every 10 s
             self._said = now
             port = max(self.levels, key=self.levels.get)
