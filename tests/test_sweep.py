@@ -153,6 +153,8 @@ def test_dry_run_lists_every_run(tmp_path):
 @pytest.mark.parametrize("summary, status", [
     ('{"status": "complete"}', "complete"), ("[1, 2]", "unreadable"), ('"complete"', "unreadable"),
     ('{"status": ["complete"]}', "unreadable"), ("{", "unreadable"),
+    ('{"status": "complete", "jobs": [1, "x"]}', "unreadable"),
+    ('{"status": "complete", "jobs": {"0": {}}}', "unreadable"),
 ])
 def test_a_stored_summary_that_is_not_a_summary_is_a_run_to_redo(tmp_path, summary, status):
     """A resumed sweep reruns a stored run whose summary.json is no JSON object."""
@@ -165,6 +167,8 @@ def test_a_stored_summary_that_is_not_a_summary_is_a_run_to_redo(tmp_path, summa
     assert stored_status(task) == status
     if not summary.startswith("{"):  # sweep.csv's row too
         assert run_row(task.directory) == {"status": "no summary"}
+    elif '"jobs"' in summary:  # a complete run's summary edited: no metrics read from it
+        assert run_row(task.directory) == {"status": "unreadable"}
 
 
 # -- real sweeps (root, Mininet) ----------------------------------------------------------

@@ -38,6 +38,7 @@ import yaml
 from ...hosts.lanes import LaneError, LaneFormat
 from ...settings import SECTION_OF, SECTIONS
 from ..config import RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing
+from .sweepcsv import run_row
 
 SPEC_KEYS = {"name", "description", "base", "grid", "repeats", "window_elements", "traces",
              "plot", "quick"}
@@ -429,6 +430,8 @@ def stored_status(task: Task) -> str | None:
     except (OSError, ValueError):
         return "unreadable"
     status = summary.get("status") if isinstance(summary, dict) else None
+    if status == "complete":  # and its metrics can be read, or it is run again
+        return run_row(d)["status"]
     return status if isinstance(status, str) else "unreadable"
 
 

@@ -41,6 +41,10 @@ def _column_doc() -> str:
 __doc__ = (__doc__ or "") + _column_doc()
 
 
+#: the status of a run whose summary says complete but whose metrics cannot be read
+UNREADABLE = "unreadable"
+
+
 def run_row(directory: Path) -> dict:
     """The metrics of one result set (empty if it has no readable summary)."""
     try:
@@ -49,7 +53,10 @@ def run_row(directory: Path) -> dict:
         return {"status": "no summary"}
     if not isinstance(s, dict):  # not a summary: a run that did not complete
         return {"status": "no summary"}
-    return {"status": s.get("status"), **sweep_values(s, directory)}
+    try:
+        return {"status": s.get("status"), **sweep_values(s, directory)}
+    except (AttributeError, KeyError, TypeError, ValueError):  # edited, or not ours
+        return {"status": UNREADABLE}
 
 
 def config_row(cfg) -> dict:
