@@ -426,6 +426,9 @@ def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh,
         scheme_list = ev.schemes(tuple(bits), names, gvq_k, gvq_refresh, extras,
                                  {"both": (False, True), "off": (False,), "on": (True,)}[ef])
         sizes = tuple(hidden)
+        if train_iterations:
+            from ..hosts.models import check_shape
+            check_shape(model, sizes, width)
     except (TraceError, ValueError) as exc:
         _fail(exc)
     if workers > ts.workers:

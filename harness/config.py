@@ -284,6 +284,12 @@ class RunConfig(Settings):
             raise ConfigError("--lr, --batch-size, --eval-every and --width must be positive")
         if not t.hidden or min(t.hidden) < 1:
             raise ConfigError(f"--hidden {t.hidden}: positive layer sizes")
+        from ..hosts.models import check_shape
+        from ..hosts.traces import TraceError
+        try:
+            check_shape(t.model, t.hidden, t.width)
+        except TraceError as exc:
+            raise ConfigError(str(exc)) from None
         if not 0 < t.target_accuracy <= 1:
             raise ConfigError(f"--target-accuracy {t.target_accuracy}: a share in (0, 1]")
 

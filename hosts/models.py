@@ -242,10 +242,42 @@ class TorchResNet(TorchModel):
 
 
 MODELS = ("mlp", "cnn", "resnet")
+#: the most parameters a model may have: its gradient is what each worker sends per
+#: iteration, and a trace keeps one per worker and iteration
+MAX_PARAMETERS = 50_000_000
+
+
+def parameter_count(model: str, hidden=(128, 64), width: int = 24) -> int | None:
+    """The parameters of ``make_model(model, hidden, width=width)`` without building it:
+    exact for the mlp, about for the resnet (11.2 M at width 64), None for the cnn
+    (fixed)."""
+    if model == "mlp":
+        sizes = (64, *hidden, 10)
+        return sum((a + 1) * b for a, b in zip(sizes, sizes[1:]))
+    if model == "resnet":
+        return 2730 * width * width
+    return None
+
+
+def check_shape(model: str, hidden=(128, 64), width: int = 24) -> None:
+    """TraceError unless the model's layers are positive and it has at most
+    ``MAX_PARAMETERS`` parameters."""
+    if model == "mlp" and (not hidden or min(hidden) < 1):
+        raise TraceError(f"--hidden {','.join(map(str, hidden))}: give positive layer sizes")
+    if model == "resnet" and width < 1:
+        raise TraceError(f"--width {width}: give a positive width")
+    size = parameter_count(model, hidden, width)
+    if size is not None and size > MAX_PARAMETERS:
+        what = "--hidden" if model == "mlp" else "--width"
+        about = "about " if model == "resnet" else ""
+        raise TraceError(f"{what}: a {model} of {about}{size:,} parameters is more than this "
+                         f"testbed's {MAX_PARAMETERS:,}; give smaller layers")
 
 
 def make_model(model: str, hidden=(128, 64), seed: int = 0, width: int = 24):
     """A model to train: ``"mlp"`` (numpy), ``"cnn"`` or ``"resnet"`` (PyTorch)."""
+    if model in MODELS:
+        check_shape(model, hidden, width)
     if model == "mlp":
         return NumpyMLP((64, *hidden, 10))
     if model == "cnn":

@@ -64,6 +64,14 @@ def run_cli(*args):
     (["eval", "compression", "--lr", "-1"], "'--lr': -1.0 is not in the range x>0"),
     (["traces", "record", "x", "--workers", "0"], "'--workers': 0 is not in the range"),
     (["traces", "record", "x", "--batch-size", "0"], "'--batch-size': 0 is not in the"),
+    (["traces", "record", "x", "--hidden", "100000,100000"], "more than this testbed's"),
+    (["traces", "record", "x", "--hidden", "64,0"], "--hidden 64,0: give positive layer"),
+    (["traces", "record", "x", "--model", "resnet", "--width", "500"], "a resnet of about"),
+    (["up", "--train", "--hidden", "100000,100000"], "a mlp of 10,007,600,010 parameters"),
+    (["up", "--jobs", "2", "--arrivals", "0,1e9"], "0 to 86400, one per job"),
+    (["up", "--jobs", "2", "--arrivals", "poisson:1e7"], "at most 86400"),
+    (["eval", "compression", "--train-iterations", "2", "--hidden", "99999,99999"],
+     "more than this testbed's 50,000,000"),
 ])
 def test_bad_input_is_one_clear_line(args, fragment):
     code, out = run_cli(*args)

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 from ..config import ConfigError
 
+#: the latest a job may arrive, and the longest mean gap, in seconds after the start
+MAX_ARRIVAL = 86400.0
+
 
 def arrival_offsets(spec: str | None, jobs: int, seed: int = 0) -> list[float] | None:
     """Arrival offsets (s) of ``jobs`` jobs from ``spec``; None if ``spec`` is None."""
@@ -29,9 +32,9 @@ def arrival_offsets(spec: str | None, jobs: int, seed: int = 0) -> list[float] |
             gap = float(text[len("poisson:"):])
         except ValueError:
             gap = math.nan
-        if not math.isfinite(gap) or gap <= 0:
+        if not math.isfinite(gap) or gap <= 0 or gap > MAX_ARRIVAL:
             raise ConfigError(f"--arrivals {spec!r}: poisson:GAP needs a mean gap in "
-                              "seconds above 0 (e.g. poisson:0.5)")
+                              f"seconds above 0 and at most {MAX_ARRIVAL:g} (e.g. poisson:0.5)")
         rng = random.Random(seed)
         offsets, t = [0.0], 0.0
         for _ in range(jobs - 1):
@@ -42,9 +45,10 @@ def arrival_offsets(spec: str | None, jobs: int, seed: int = 0) -> list[float] |
         offsets = [float(x) for x in text.split(",")]
     except ValueError:
         offsets = []
-    if not offsets or not all(math.isfinite(x) and x >= 0 for x in offsets):
-        raise ConfigError(f"--arrivals {spec!r}: give seconds after the start, one per job "
-                          "(e.g. 0,0.5,1), or poisson:GAP (mean gap in seconds)")
+    if not offsets or not all(math.isfinite(x) and 0 <= x <= MAX_ARRIVAL for x in offsets):
+        raise ConfigError(f"--arrivals {spec!r}: give seconds after the start, 0 to "
+                          f"{MAX_ARRIVAL:g}, one per job (e.g. 0,0.5,1), or poisson:GAP "
+                          "(mean gap in seconds)")
     if len(offsets) != jobs:
         raise ConfigError(f"--arrivals gives {len(offsets)} times for {jobs} jobs: give one "
                           "per job")
