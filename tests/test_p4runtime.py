@@ -10,6 +10,7 @@ does (p4/README.md, "P4Runtime servers", lists the differences).
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 
 import grpc
@@ -18,7 +19,7 @@ import pytest
 from conftest import free_port, root
 from qaina_bench.harness.switches.control import ControlError, SwitchConnection, update_errors
 from qaina_bench.harness.switches.targets import make_target
-from qaina_bench.p4.embedded.runtime import MAX_STREAMS
+from qaina_bench.p4.embedded.streams import ARBITRATION_WAIT, MAX_STREAMS
 from qaina_bench.p4.proto import code_pb2, p4info_pb2, p4runtime_pb2
 
 pytestmark = root
@@ -289,3 +290,108 @@ def test_a_pipeline_config_action_the_spec_lacks_is_refused_and_changes_nothing(
         conn._call("set pipeline", conn.stub.SetForwardingPipelineConfig, req)
     assert len(conn.read_table("MyIngress.aggregator_addr")) == 1
 
+
+
+def _arbitration(election_low: int) -> p4runtime_pb2.StreamMessageRequest:
+    m = p4runtime_pb2.StreamMessageRequest()
+    m.arbitration.device_id = 1
+    m.arbitration.election_id.low = election_low
+    return m
+
+
+def _stream_end(call) -> tuple[int, grpc.StatusCode | None]:
+    """Read a stream to its end: the messages read and its status (None if OK)."""
+    got = 0
+    try:
+        for _ in call:
+            got += 1
+    except grpc.RpcError as exc:
+        return got, exc.code()
+    return got, None
+
+
+def test_streams_that_never_arbitrate_do_not_hold_the_slots(fresh):
+    """Clients that open streams and send nothing. The embedded switch counts them
+    against its stream limit until ``ARBITRATION_WAIT`` has passed, then closes them
+    (FAILED_PRECONDITION) and a new controller is served. BMv2 counts only arbitrated
+    streams: it serves a newcomer at once (pinned; p4/README.md, "P4Runtime servers")."""
+    stub = fresh.conn.stub
+    quiet = threading.Event()
+
+    def silence():
+        quiet.wait()
+        return
+        yield
+
+    silent = [stub.StreamChannel(silence()) for _ in range(STREAM_LIMIT[fresh.kind] - 1)]
+    try:
+        time.sleep(1)  # the silent streams are open
+        if fresh.kind == "embedded":
+            deadline = time.monotonic() + 30
+            while True:  # until the silent streams hold every slot: a newcomer is refused
+                probe = SwitchConnection("probe", fresh.target.grpc_addr, 1,
+                                         election_id=(0, 9))
+                try:
+                    probe.arbitrate()
+                except ControlError as exc:
+                    if "RESOURCE_EXHAUSTED" in str(exc):
+                        break
+                finally:
+                    probe.close()
+                assert time.monotonic() < deadline, "the silent streams were never all open"
+                time.sleep(0.2)
+            time.sleep(ARBITRATION_WAIT + 2)
+        later = SwitchConnection("later", fresh.target.grpc_addr, 1, election_id=(0, 10))
+        try:
+            with pytest.raises(ControlError, match="not primary"):  # served: a backup
+                later.arbitrate()
+        finally:
+            later.close()
+        if fresh.kind == "embedded":  # closed, with the reason
+            for call in silent:
+                assert _stream_end(call) == (0, grpc.StatusCode.FAILED_PRECONDITION)
+    finally:
+        quiet.set()
+        for call in silent:
+            call.cancel()
+    fresh.conn.read_counter("MyIngress.drops")  # the primary is still served
+
+
+def test_a_client_that_never_reads_its_stream_cannot_grow_the_switch(fresh):
+    """A backup sends PacketOuts and reads nothing. The embedded switch has no CPU port
+    and answers each with an error message; it keeps at most ``OUTBOX`` of them for
+    the client, then ends the stream with RESOURCE_EXHAUSTED and reads no more of it.
+    BMv2 (no CPU port either) answers PacketOuts with nothing (pinned)."""
+    sent = 20000
+    all_sent, release = threading.Event(), threading.Event()
+
+    def flood():
+        yield _arbitration(11)
+        for _ in range(sent):
+            p = p4runtime_pb2.StreamMessageRequest()
+            p.packet.payload = b"\x00" * 64
+            yield p
+        all_sent.set()
+        release.wait(90)
+
+    call = fresh.conn.stub.StreamChannel(flood())
+    try:
+        if fresh.kind == "embedded":
+            deadline = time.monotonic() + 60
+            while "does not read it" not in fresh.target.log_path.read_text():
+                assert time.monotonic() < deadline, "the stream of a client that reads " \
+                                                    "nothing was never closed"
+                time.sleep(0.2)
+        else:
+            assert all_sent.wait(60)
+        release.set()  # the client ends its side and reads what came
+        got, code = _stream_end(call)
+    finally:
+        release.set()
+        call.cancel()
+    if fresh.kind == "bmv2":
+        assert (got, code) == (1, None)  # the arbitration answer alone
+    else:
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and 1 <= got < sent
+        assert "does not read its stream" in call.details()
+    fresh.conn.read_counter("MyIngress.drops")  # the primary is still served

@@ -60,5 +60,58 @@ def test_a_read_of_wildcards_past_the_limit_is_refused_whole(tmp_path_factory):
         with pytest.raises(ControlError, match="RESOURCE_EXHAUSTED"):
             conn._call("read", lambda r, timeout: list(conn.stub.Read(r, timeout=timeout)), req)
         assert len(conn.read_register("MyIngress.agg_count")) > 0  # still serving
+        # The same with table entries: 1,024 routes, every table's entries asked for
+        # 1,025 times over (before, 1 M entities were built: about 450 MB).
+        conn.insert_many([("MyIngress.ipv4_lpm", {"hdr.ipv4.dstAddr": (0x0A000000 + (k << 8), 24)},
+                           "MyIngress.forward", {"port": 1}) for k in range(1024)])
+        req = p4runtime_pb2.ReadRequest(device_id=1)
+        for _ in range(READ_MAX // 1024 + 1):
+            req.entities.add().table_entry.table_id = 0
+        rss = psutil.Process(lab.target.pid).memory_info().rss
+        with pytest.raises(ControlError, match="RESOURCE_EXHAUSTED"):
+            conn._call("read", lambda r, timeout: list(conn.stub.Read(r, timeout=timeout)), req)
+        grown = psutil.Process(lab.target.pid).memory_info().rss - rss
+        assert grown < 64 << 20, f"the refused Read grew the switch by {grown >> 20} MB"
+        assert len(conn.read_table("MyIngress.ipv4_lpm")) == 1024
     finally:
         lab.close()
+
+
+def test_multicast_groups_are_bounded(tmp_path_factory):
+    """A group of ``MAX_REPLICAS`` distinct replicas is taken (its duplicate check is
+    one set lookup per replica); one more is RESOURCE_EXHAUSTED, and so is a group
+    past ``MAX_GROUPS`` (a copy of a result per replica: the limits bound the work a
+    write can order)."""
+    from qaina_bench.p4.embedded.updates import MAX_GROUPS, MAX_REPLICAS
+    lab = open_lab("embedded", tmp_path_factory, ports=1)
+    try:
+        lab.reset()
+        conn = lab.conn
+        many = [(1 + k % 511, k // 511) for k in range(MAX_REPLICAS)]
+        conn.set_multicast_group(7, many)
+        got = conn._read("group", _group_entity(7))
+        assert len(got[0].packet_replication_engine_entry.multicast_group_entry.replicas) \
+            == MAX_REPLICAS
+        with pytest.raises(ControlError, match="RESOURCE_EXHAUSTED"):
+            conn.set_multicast_group(8, many + [(1, 999)])
+        assert not conn._read("group", _group_entity(8))
+        req = p4runtime_pb2.WriteRequest(device_id=1)  # groups 7 and 9 .. up to the limit
+        req.election_id.high, req.election_id.low = conn.election_id
+        for gid in range(9, MAX_GROUPS + 9):
+            u = req.updates.add(type=p4runtime_pb2.Update.INSERT)
+            g = u.entity.packet_replication_engine_entry.multicast_group_entry
+            g.multicast_group_id = gid
+            g.replicas.add(egress_port=1, instance=gid & 0xFFFF)
+        with pytest.raises(ControlError, match="update 65536: RESOURCE_EXHAUSTED: this "
+                                                "switch holds at most 65536 multicast"):
+            conn._call("write", conn.stub.Write, req)
+        assert not conn._read("group", _group_entity(MAX_GROUPS + 8))
+        assert conn._read("group", _group_entity(MAX_GROUPS + 7))
+    finally:
+        lab.close()
+
+
+def _group_entity(gid: int) -> p4runtime_pb2.Entity:
+    e = p4runtime_pb2.Entity()
+    e.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = gid
+    return e

@@ -139,6 +139,12 @@ def _stamp() -> str:
     return time.strftime("%H:%M:%S") + f".{int(time.time() * 1000) % 1000:03d}"
 
 
+#: a failed Write's status carries one p4.v1.Error per update in its trailing metadata,
+#: about 35 bytes each: gRPC's default 16 kB limit would cut any batch of more than
+#: about 400 updates to "Stream removed"
+CHANNEL_OPTIONS = [("grpc.max_metadata_size", 64 << 20)]
+
+
 class SwitchConnection:
     """A primary P4Runtime client of one switch; with ``log_path``, every request and
     response goes to that file (``RequestLog``)."""
@@ -150,7 +156,7 @@ class SwitchConnection:
         self.device_id = device_id
         self.p4info = p4info or P4Info.load()
         self.election_id = election_id
-        self.channel = grpc.insecure_channel(address)
+        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self.log = RequestLog(log_path) if log_path else None
         if self.log is not None:
             self.channel = grpc.intercept_channel(self.channel, self.log)

@@ -1,8 +1,9 @@
 """P4Runtime server of the embedded switch.
 
 Serves the subset of P4Runtime that the harness and ``p4runtime-shell`` use:
-StreamChannel arbitration (the spec's rules: the highest election id ever seen is
-primary, a live election id cannot be taken twice, at most ``MAX_STREAMS`` streams),
+StreamChannel arbitration (``streams.py``: the spec's rules, the highest election id
+ever seen is primary, a live election id cannot be taken twice; at most
+``MAX_STREAMS`` streams, each arbitrated in time and read by its client),
 Capabilities, Set/GetForwardingPipelineConfig (the P4Info must be that of
 ``qaina.p4``; device config bytes are ignored; VERIFY_AND_COMMIT starts a fresh
 pipeline, RECONCILE_AND_COMMIT keeps the state), Write of table entries (insert /
@@ -16,7 +17,6 @@ status (UNIMPLEMENTED, INVALID_ARGUMENT, ...), never a crash.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from concurrent import futures
 
@@ -27,13 +27,12 @@ from ..header import PAYLOAD_WORDS
 from ..p4info import P4Info, decode, difference, encode
 from ..proto import code_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2
 from .pipeline import Pipeline, PipelineError
-from .updates import check_entry, match_key, replicas, table_action
+from .streams import MAX_STREAMS, StreamChannels, election_of
+from .updates import MAX_GROUPS, check_entry, match_key, replicas, table_action
 
 log = logging.getLogger("qaina.switch.p4runtime")
 
 API_VERSION = "1.4.1"
-#: StreamChannels served at once; each holds a server thread while it is open
-MAX_STREAMS = 8
 #: server threads left for unary RPCs (Write, Read, ...) when every stream is open
 UNARY_THREADS = 8
 _UPDATE = p4runtime_pb2.Update
@@ -44,18 +43,6 @@ _STATUS_DETAILS = "grpc-status-details-bin"
 
 def _abort(context, code: str, message: str):
     context.abort(getattr(grpc.StatusCode, code), message)
-
-
-def _election(eid) -> tuple[int, int]:
-    return (eid.high, eid.low)
-
-
-class StreamClosed(Exception):
-    """Ends a StreamChannel with a gRPC status (``code`` a StatusCode name)."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
 
 
 READ_PART = 32768  # entities per ReadResponse (a register cell takes about 20 bytes)
@@ -101,12 +88,13 @@ class Device:
         self.lock = threading.RLock()
         self.primary: tuple[int, int] | None = None  # election id of the primary, if any
         self.highest: tuple[int, int] | None = None  # highest election id ever seen
-        self.streams: dict[int, tuple] = {}  # stream key -> (election id or None, out queue)
+        self.streams: dict[int, tuple] = {}  # stream key -> (election id or None, Outbox)
         self.open_streams = 0  # StreamChannel calls in progress, arbitrated or not
 
 
-class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
-    """The gRPC servicer; all state it changes belongs to ``Device``."""
+class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
+    """The gRPC servicer; all state it changes belongs to ``Device``. Its StreamChannel
+    (arbitration) is ``streams.py``'s."""
 
     def __init__(self, device: Device):
         self.device = device
@@ -118,7 +106,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                    f"(this switch is device {self.device.device_id})")
 
     def _check_primary(self, election_id, context):
-        if self.device.primary is None or _election(election_id) != self.device.primary:
+        if self.device.primary is None or election_of(election_id) != self.device.primary:
             _abort(context, "PERMISSION_DENIED", "only the primary client may write; "
                    "open a StreamChannel with the highest election id first")
 
@@ -131,116 +119,6 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     # -- RPCs --------------------------------------------------------------------------
     def Capabilities(self, request, context):
         return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
-
-    def StreamChannel(self, request_iterator, context):
-        out: queue.Queue = queue.Queue()
-        key = id(out)
-        with self.device.lock:
-            open_streams = self.device.open_streams
-            if open_streams >= MAX_STREAMS:
-                _abort(context, "RESOURCE_EXHAUSTED",
-                       f"this switch serves at most {MAX_STREAMS} stream channels")
-            self.device.open_streams = open_streams + 1
-
-        def reader():
-            try:
-                for msg in request_iterator:
-                    kind = msg.WhichOneof("update")
-                    if kind == "arbitration":
-                        self._arbitrate(key, msg.arbitration, out)
-                    elif kind == "packet":
-                        out.put(self._stream_error(code_pb2.UNIMPLEMENTED,
-                                                   "this switch has no CPU port"))
-                    else:
-                        out.put(self._stream_error(code_pb2.UNIMPLEMENTED,
-                                                   f"stream message {kind} not supported"))
-            except StreamClosed as exc:
-                out.put(exc)
-            except grpc.RpcError:
-                pass
-            finally:
-                self._disconnect(key)
-                out.put(None)
-
-        try:
-            threading.Thread(target=reader, daemon=True, name="p4rt-stream").start()
-            while True:
-                msg = out.get()
-                if msg is None:
-                    return
-                if isinstance(msg, StreamClosed):
-                    _abort(context, msg.code, str(msg))
-                yield msg
-        finally:
-            with self.device.lock:
-                self.device.open_streams -= 1
-
-    def _stream_error(self, code, message):
-        resp = p4runtime_pb2.StreamMessageResponse()
-        resp.error.canonical_code = code
-        resp.error.message = message
-        return resp
-
-    def _arbitrate(self, key, arbitration, out):
-        """The spec's rules for a MasterArbitrationUpdate (section "Rules for Handling
-        MasterArbitrationUpdate Messages Received from Controllers")."""
-        dev = self.device
-        with dev.lock:
-            known = dev.streams.get(key)
-            if arbitration.device_id != dev.device_id:
-                if known is None:
-                    raise StreamClosed("NOT_FOUND", f"no device {arbitration.device_id} here "
-                                       f"(this switch is device {dev.device_id})")
-                raise StreamClosed("FAILED_PRECONDITION", "a stream cannot change its device")
-            if arbitration.HasField("role") and arbitration.role.name:
-                raise StreamClosed("INVALID_ARGUMENT", "this switch knows only the default role")
-            election = (_election(arbitration.election_id)
-                        if arbitration.HasField("election_id") else None)
-            if election is not None and any(e == election for k, (e, _) in dev.streams.items()
-                                            if k != key):
-                raise StreamClosed("INVALID_ARGUMENT", f"election id {election} is already "
-                                   "used by another live controller of this device")
-            dev.streams[key] = (election, out)
-            was_primary = dev.primary is not None and known is not None and known[0] == dev.primary
-            if election is not None and (dev.highest is None or election >= dev.highest):
-                dev.highest = election
-                dev.primary = election
-                self._announce()
-            elif was_primary:  # the primary downgraded itself
-                dev.primary = None
-                self._announce()
-            else:
-                self._notify(election, out)
-
-    def _disconnect(self, key):
-        dev = self.device
-        with dev.lock:
-            gone = dev.streams.pop(key, None)
-            if gone is not None and gone[0] is not None and gone[0] == dev.primary:
-                dev.primary = None
-                self._announce()
-
-    def _announce(self):
-        """Tell every client who is primary."""
-        for election, out in self.device.streams.values():
-            self._notify(election, out)
-
-    def _notify(self, election, out):
-        """The arbitration advisory for one client (spec: "Client Arbitration
-        Notifications")."""
-        dev = self.device
-        resp = p4runtime_pb2.StreamMessageResponse()
-        arb = resp.arbitration
-        arb.device_id = dev.device_id
-        if dev.highest is not None:
-            arb.election_id.high, arb.election_id.low = dev.highest
-        if dev.primary is not None and election == dev.primary:
-            arb.status.code, arb.status.message = code_pb2.OK, "primary"
-        elif dev.primary is not None:
-            arb.status.code, arb.status.message = code_pb2.ALREADY_EXISTS, "backup"
-        else:
-            arb.status.code, arb.status.message = code_pb2.NOT_FOUND, "backup; no primary"
-        out.put(resp)
 
     def SetForwardingPipelineConfig(self, request, context):
         self._check_device(request.device_id, context)
@@ -305,17 +183,14 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             _abort(context, "UNIMPLEMENTED", "only CONTINUE_ON_ERROR batches are supported")
         errors = []
         with self.device.lock:
-            for update in request.updates:
-                error = p4runtime_pb2.Error(canonical_code=code_pb2.OK)
-                try:
-                    self._write_one(pipeline, update)
-                except PipelineError as exc:
-                    error.canonical_code = getattr(code_pb2, exc.code)
-                    error.message = str(exc)
-                except (KeyError, ValueError) as exc:
-                    error.canonical_code = code_pb2.INVALID_ARGUMENT
-                    error.message = str(exc)
-                errors.append(error)
+            tables = list(pipeline.tables.values())
+            for table in tables:  # lookups rebuilt once per changed table, not per update
+                table.defer()
+            try:
+                self._write_all(pipeline, request.updates, errors)
+            finally:
+                for table in tables:
+                    table.flush()
         failed = [e for e in errors if e.canonical_code != code_pb2.OK]
         if failed:
             message = (f"{len(failed)} of {len(errors)} updates failed; first: "
@@ -326,6 +201,20 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             context.set_trailing_metadata(((_STATUS_DETAILS, status.SerializeToString()),))
             context.abort(grpc.StatusCode.UNKNOWN, message)
         return p4runtime_pb2.WriteResponse()
+
+    def _write_all(self, pipeline: Pipeline, updates, errors: list):
+        """Attempt every update in order; one ``p4.v1.Error`` each into ``errors``."""
+        for update in updates:
+            error = p4runtime_pb2.Error(canonical_code=code_pb2.OK)
+            try:
+                self._write_one(pipeline, update)
+            except PipelineError as exc:
+                error.canonical_code = getattr(code_pb2, exc.code)
+                error.message = str(exc)
+            except (KeyError, ValueError) as exc:
+                error.canonical_code = code_pb2.INVALID_ARGUMENT
+                error.message = str(exc)
+            errors.append(error)
 
     def _write_one(self, pipeline: Pipeline, update):
         entity = update.entity
@@ -428,6 +317,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         if kind == _UPDATE.INSERT:
             if exists:
                 raise PipelineError("ALREADY_EXISTS", f"multicast group {gid} exists")
+            if len(pipeline.mcast_groups) >= MAX_GROUPS:
+                raise PipelineError("RESOURCE_EXHAUSTED", f"this switch holds at most "
+                                    f"{MAX_GROUPS} multicast groups")
         elif not exists:
             raise PipelineError("NOT_FOUND", f"no multicast group {gid}")
         pipeline.mcast_groups[gid] = copies
@@ -453,6 +345,10 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         pipeline = self._pipeline(context)
         out = ReadParts()
         with self.device.lock:
+            wanted = sum(self._entities(pipeline, entity) for entity in request.entities)
+            if wanted > READ_MAX:  # said before any of it is built
+                _abort(context, "RESOURCE_EXHAUSTED", f"the Read asks for {wanted} entities, "
+                       f"more than {READ_MAX}: read fewer at a time")
             for entity in request.entities:
                 kind = entity.WhichOneof("entity")
                 try:
@@ -466,6 +362,31 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     _abort(context, exc.code, str(exc))
         yield from out.parts
 
+    def _entities(self, pipeline, entity) -> int:
+        """How many entities reading ``entity`` gives at most (0 for an entity the
+        Read refuses: it says why)."""
+        kind = entity.WhichOneof("entity")
+        try:
+            if kind == "table_entry":
+                q = entity.table_entry
+                tables = (pipeline.tables.values() if q.table_id == 0
+                          else [self._table(pipeline, q.table_id)])
+                if q.is_default_action or len(q.match):
+                    return len(tables)
+                return sum(len(t.entries) for t in tables)
+            if kind == "packet_replication_engine_entry":
+                return sum(1 + len(c) for c in pipeline.mcast_groups.values())
+            if kind in ("counter_entry", "register_entry"):
+                q = getattr(entity, kind)
+                counter = kind == "counter_entry"
+                infos = pipeline.p4info.counters if counter else pipeline.p4info.registers
+                arrays = self._arrays(pipeline.counters if counter else pipeline.registers,
+                                      q.counter_id if counter else q.register_id, kind, infos)
+                return sum(1 if q.HasField("index") else info.size for info, _ in arrays)
+        except PipelineError:
+            pass
+        return 0
+
     def _read_table_entry(self, pipeline, query, out: ReadParts):
         if len(query.match) and query.table_id == 0:  # match fields filter one table
             raise PipelineError("INVALID_ARGUMENT", "a Read with match fields needs a table id")
@@ -473,12 +394,14 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                   else [self._table(pipeline, query.table_id)])
         for table in tables:
             if query.is_default_action:
+                out.reserve(1)
                 self._emit_table_entry(out, table, None, table.default)
                 continue
             entries = table.entries.items()
             if len(query.match):  # one entry, by its key (as a write gives it)
                 key = match_key(table.info, query)
                 entries = [(key, table.entries[key])] if key in table.entries else []
+            out.reserve(len(entries))
             for key, action in entries:
                 e = self._emit_table_entry(out, table, key, action)
                 if key in table.cookies:
@@ -517,6 +440,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         groups = pipeline.mcast_groups
         if gid != 0:
             groups = {gid: groups[gid]} if gid in groups else {}
+        out.reserve(sum(1 + len(copies) for copies in groups.values()))  # replicas too
         for g, copies in sorted(groups.items()):
             m = out.add().packet_replication_engine_entry.multicast_group_entry
             m.multicast_group_id = g

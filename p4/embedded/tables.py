@@ -36,6 +36,8 @@ class Table:
         self.default = default
         self.initial_default = default  # what the program sets
         self.listeners = []
+        self.deferred = False  # within a Write batch: listeners told once, at its end
+        self._dirty = False
 
     def _check_action(self, action_id: int, params: tuple):
         if action_id not in self.actions:
@@ -114,6 +116,18 @@ class Table:
         self.cookies.clear()
         self._changed()
 
+    def defer(self):
+        """Tell the listeners of changes once, at ``flush()`` (a batch of updates)."""
+        self.deferred = True
+
+    def flush(self):
+        self.deferred = False
+        if self._dirty:
+            self._changed()
+
     def _changed(self):
+        self._dirty = self.deferred
+        if self.deferred:
+            return
         for listener in self.listeners:
             listener(self)

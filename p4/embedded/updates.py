@@ -14,6 +14,10 @@ from .tables import PipelineError
 
 #: v1model's widths: ``egress_rid`` (a replica's instance) and ``egress_spec`` (a port)
 INSTANCE_BITS = 16
+#: replicas of one multicast group, and groups of a switch: a copy of a result per
+#: replica (a job's group has one per worker, 32 at most)
+MAX_REPLICAS = 4096
+MAX_GROUPS = 65536
 PORT_BITS = 9
 
 
@@ -125,7 +129,10 @@ def table_action(table: TableInfo, actions: dict[int, ActionInfo], entry):
 def replicas(group) -> list[tuple[int, int]]:
     """The ``(port, instance)`` pairs of a multicast group entry: ports and instances
     within v1model's widths, no pair twice, no backup replicas."""
-    out = []
+    if len(group.replicas) > MAX_REPLICAS:
+        raise PipelineError("RESOURCE_EXHAUSTED", f"multicast group {group.multicast_group_id}: "
+                            f"{len(group.replicas)} replicas; at most {MAX_REPLICAS}")
+    out, seen = [], set()
     for r in group.replicas:
         if len(r.backup_replicas):
             raise PipelineError("UNIMPLEMENTED", "backup replicas are not supported")
@@ -136,8 +143,9 @@ def replicas(group) -> list[tuple[int, int]]:
         if r.instance >> INSTANCE_BITS:
             raise invalid(f"multicast group {group.multicast_group_id}: instance "
                           f"{r.instance} exceeds {INSTANCE_BITS} bits")
-        if (port, r.instance) in out:
+        if (port, r.instance) in seen:
             raise invalid(f"multicast group {group.multicast_group_id}: replica "
                           f"(port {port}, instance {r.instance}) given twice")
+        seen.add((port, r.instance))
         out.append((port, r.instance))
     return out
