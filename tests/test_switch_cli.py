@@ -26,6 +26,7 @@ SWITCH = [sys.executable, "-m", "qaina_bench.p4.embedded"]
     (["-i", "1@lo", "-i", "2@lo"], "an interface is given as two ports"),
     (["--log", "/tmp"], "'/tmp': a directory, not a file"),
     (["--stats", "/tmp"], "'/tmp': a directory, not a file"),
+    (["--stats", "/dev/null"], "'/dev/null' exists and is not a regular file"),
     (["--device-id", "\u0661\u0662"], "a device id is a whole number"),
     (["--grpc-addr", "127.0.0.1:\u0665\u0665\u0665\u0665"], "expected HOST:PORT"),
     (["-i", "\u0661@lo"], "expected PORT@IFNAME"),
@@ -35,6 +36,19 @@ def test_bad_options_are_one_line_and_exit_2(args, fragment):
     assert res.returncode == 2
     assert fragment in res.stderr and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith("python -m qaina_bench.p4.embedded")
+
+
+def test_stats_never_replace_a_link(tmp_path):
+    """The switch replaces its --stats file when it stops: a link there (to a file, or
+    to a device as root) would be replaced, not written; it is refused at the start."""
+    target = tmp_path / "target.txt"
+    target.write_text("keep")
+    link = tmp_path / "stats.json"
+    link.symlink_to(target)
+    res = subprocess.run(SWITCH + ["--stats", str(link)], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2 and "exists and is not a regular file" in res.stderr
+    assert link.is_symlink() and target.read_text() == "keep"
 
 
 @pytest.mark.root

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import time
 
 from . import EmbeddedSwitch
@@ -69,6 +70,30 @@ def writable(text: str) -> str:
     return text
 
 
+def replaceable(text: str) -> str:
+    """A file the switch may replace when it stops: a regular file or none yet (not
+    a link, a device or a pipe, which replacing would destroy)."""
+    text = writable(text)
+    if os.path.lexists(text) and (os.path.islink(text) or not os.path.isfile(text)):
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a regular file: "
+                                         "name a new file or a regular one to replace")
+    return text
+
+
+def write_stats(path: str, stats: dict):
+    """``stats`` as JSON in ``path``, whole or not at all (a new file beside it, then
+    renamed over it)."""
+    fd, partial = tempfile.mkstemp(prefix=".stats-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(stats, f)
+        os.chmod(partial, 0o644)
+        os.replace(partial, path)
+    except BaseException:
+        os.unlink(partial)
+        raise
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m qaina_bench.p4.embedded",
                                  description="Embedded QAINA switch (qaina.p4 in software, "
@@ -81,7 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--log", type=writable, help="log file (default: stderr)")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     ap.add_argument("--cpu", type=int, help="pin the switch to this CPU")
-    ap.add_argument("--stats", metavar="PATH", type=writable, help="write the ports' counters (frames "
+    ap.add_argument("--stats", metavar="PATH", type=replaceable, help="write the ports' counters (frames "
                     "received, dropped by the kernel, shed under overload, sent) here as "
                     "JSON when the switch stops")
     ap.add_argument("--coalesce-us", type=microseconds, metavar="US",
@@ -129,10 +154,7 @@ def main(argv=None) -> int:
         log.info("stopped after %.1f s; %d coalescing waits; port stats %s",
                  time.monotonic() - started, switch.ports.coalesced, stats)
         if args.stats:
-            partial = f"{args.stats}.partial"
-            with open(partial, "w") as f:
-                json.dump(stats, f)
-            os.replace(partial, args.stats)
+            write_stats(args.stats, stats)
     return 0
 
 
