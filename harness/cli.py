@@ -368,7 +368,7 @@ def results_show(run_dir):
         _fail(exc)
     try:
         print_summary(summary, Path(run_dir))
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
         _fail(f"{Path(run_dir) / 'summary.json'} is not a summary this qaina-bench can "
               f"read ({type(exc).__name__}: {exc})")
     click.echo(columns_help())

@@ -382,6 +382,33 @@ def test_results_show_of_a_summary_it_cannot_read_is_one_line(tmp_path):
         "(KeyError: 'run_id')"]
 
 
+@pytest.mark.parametrize("make, fragment", [
+    (lambda p: p.symlink_to("/dev/zero"), "is unreadable: not a regular file"),
+    (lambda p: os.mkfifo(p), "is unreadable: not a regular file"),
+    (lambda p: p.write_text('{"jobs": ' + "[" * 100000 + "]" * 100000 + "}"),
+     "is unreadable: nested too deeply"),
+])
+def test_a_summary_that_is_no_file_or_too_deep_is_one_line(tmp_path, make, fragment):
+    """`results show` and `results list` of a summary.json that is a device, a pipe
+    (reads that never end) or JSON nested past Python's recursion: one line each, and
+    `list` goes on to the other result sets."""
+    bad, good = tmp_path / "bad", tmp_path / "good"
+    bad.mkdir()
+    good.mkdir()
+    make(bad / "summary.json")
+    (good / "summary.json").write_text('{"jobs": [], "status": "complete"}')
+    for d in (bad, good):  # a result set is a directory with its config.yaml
+        (d / "config.yaml").write_text("topo: star\n")
+    code, out = run_cli("results", "show", str(bad))
+    assert code == 1 and "Traceback" not in out
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {bad / 'summary.json'} {fragment}")
+    code, out = run_cli("results", "list", "--results-dir", str(tmp_path))
+    assert code == 0 and "Traceback" not in out, out
+    lines = out.strip().splitlines()
+    assert len(lines) == 2 and fragment in lines[0] and lines[1].startswith("good"), lines
+
+
 def test_a_dry_run_checks_pcap_names_and_the_cluster_as_up_does(tmp_path):
     spec = tmp_path / "cluster.yaml"
     spec.write_text("servers: [localhost, n2]\npin: 5\n")

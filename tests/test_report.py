@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -218,6 +219,12 @@ def _damage(path: Path, how: str):
         path.write_bytes(data[:data.rstrip(b"\n").rfind(b",")])
     elif how == "binary":
         path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe" + bytes(range(256)))
+    elif how == "a pipe":  # a read that never ends
+        path.unlink()
+        os.mkfifo(path)
+    elif how == "a link to a device":  # a read that never ends, filling memory
+        path.unlink()
+        path.symlink_to("/dev/zero")
 
 
 def _first_problem(root: Path) -> str:
@@ -234,6 +241,7 @@ def _first_problem(root: Path) -> str:
 @pytest.mark.parametrize("how, fragment", [
     ("empty", "is empty"), ("header only", "has a header but no rows"),
     ("cut short", "(cut short or damaged)"), ("binary", "is not a CSV table"),
+    ("a pipe", "not a regular file"), ("a link to a device", "not a regular file"),
 ])
 def test_a_damaged_data_file_is_named_in_one_line(tmp_path, csv_name, how, fragment):
     """Truncated, empty or binary CSVs name the file, in one line, without a numpy

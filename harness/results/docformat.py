@@ -5,11 +5,13 @@ Markdown table."""
 from __future__ import annotations
 
 import csv
+import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable
 
 from .metrics import over_repeats
+from .resultset import read_text
 
 
 class DataError(ValueError):
@@ -46,13 +48,12 @@ def read_table(path: Path) -> list[dict]:
     header; DataError (one line, naming the file) for anything else."""
     hint = "docs/data/README.md says which command makes it"
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.reader(f)
-            head = next(reader, None)
-            lines = [(reader.line_num, r) for r in reader if r]
+        reader = csv.reader(io.StringIO(read_text(path), newline=""))
+        head = next(reader, None)
+        lines = [(reader.line_num, r) for r in reader if r]
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, csv.Error) as exc:
+    except (ValueError, csv.Error) as exc:  # not UTF-8, not a regular file, too large
         raise DataError(f"{path} is not a CSV table ({exc}): {hint}") from None
     if not head:
         raise DataError(f"{path} is empty: {hint}")

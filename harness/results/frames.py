@@ -69,7 +69,7 @@ from pathlib import Path
 import yaml
 
 from .metrics import METRICS, job_metrics
-from .resultset import ITERATION_COLUMNS, TIMESERIES_COLUMNS
+from .resultset import ITERATION_COLUMNS, TIMESERIES_COLUMNS, read_text, regular_file
 from .summary import MIN_SLOT_SAMPLES, SummaryError, load_summary
 
 try:
@@ -142,7 +142,7 @@ def jobs_frame(summary: dict) -> "pd.DataFrame":
 def _read(path: Path, columns: list[str]) -> "pd.DataFrame":
     if not path.exists():
         return pd.DataFrame(columns=columns)
-    frame = pd.read_csv(path, low_memory=False)
+    frame = pd.read_csv(regular_file(path), low_memory=False)
     return frame.reindex(columns=columns + [c for c in frame.columns if c not in columns])
 
 
@@ -203,9 +203,10 @@ def _config(summary: dict, directory: Path) -> dict:
     if isinstance(summary.get("config"), dict):
         return summary["config"]
     try:
-        return yaml.safe_load((directory / "config.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        config = yaml.safe_load(read_text(directory / "config.yaml")) or {}
+    except (OSError, ValueError, yaml.YAMLError):
         return {}
+    return config if isinstance(config, dict) else {}
 
 
 def load(run_dir) -> Run:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .docformat import DataError
+from .resultset import read_text
 from .doctables import BLOCKS, VALUES, DocData
 
 #: the files ``report`` rewrites, relative to the repository
@@ -121,11 +122,13 @@ def render(root: Path) -> dict[Path, tuple[str, list[str]]]:
     for name in FILES:
         path = Path(root) / name
         try:
-            text = path.read_text()
+            text = read_text(path)
         except OSError as exc:
             raise ReportError(f"cannot read {path}: {exc.strerror}") from None
         except UnicodeDecodeError:
             raise ReportError(f"{path} is not text (UTF-8)") from None
+        except ValueError as exc:
+            raise ReportError(f"cannot read {path}: {exc}") from None
         out[path] = rewrite(text, data, name)
     return out
 

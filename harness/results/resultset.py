@@ -12,6 +12,8 @@ what it measured.
 from __future__ import annotations
 
 import csv
+import os
+import stat
 from pathlib import Path
 
 from ...p4.constants import DROP_NAMES
@@ -77,6 +79,30 @@ class ResultWriter:
     def close(self):
         if not self._ts.closed:
             self._ts.close()
+
+
+#: the largest result or docs file read whole (a summary, a config, a docs CSV)
+MAX_READ = 256 << 20
+
+
+def regular_file(path: Path) -> Path:
+    """``path`` if it is a regular file (a link to one is one); OSError (ENOENT) if it is
+    missing, ValueError if it is a directory, a device or a pipe (which would hang or
+    never end a read)."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise ValueError("not a regular file (a device, a pipe or a directory)")
+    return Path(path)
+
+
+def read_text(path: Path, limit: int = MAX_READ) -> str:
+    """A regular file's text (UTF-8), at most ``limit`` bytes; ValueError beyond
+    (UnicodeDecodeError is one), OSError if it cannot be read."""
+    with open(regular_file(path), "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit >> 20} MB")
+    return data.decode("utf-8")
 
 
 def read_csv(path: Path) -> list[dict]:

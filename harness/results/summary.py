@@ -25,7 +25,7 @@ from .fidelity import cpu_cost, job_fidelity, overall
 from .metrics import JobData, _mean, job_values  # noqa: F401  (_mean: for older imports)
 from ..modes import in_switch
 from .plots import plot
-from .resultset import ITERATION_COLUMNS, ResultWriter, read_csv
+from .resultset import ITERATION_COLUMNS, ResultWriter, read_csv, read_text
 
 
 def iteration_rows(agents: list[dict]) -> list[dict]:
@@ -327,12 +327,14 @@ class SummaryError(ValueError):
 def load_summary(directory: Path) -> dict:
     path = Path(directory) / "summary.json"
     try:
-        summary = json.loads(path.read_text())
+        summary = json.loads(read_text(path))
     except FileNotFoundError:
         raise SummaryError(f"{directory} has no summary.json (not a result set, or its run "
                            "is still going)") from None
     except (OSError, ValueError) as exc:
         raise SummaryError(f"{path} is unreadable: {exc}") from None
+    except RecursionError:
+        raise SummaryError(f"{path} is unreadable: nested too deeply") from None
     if not isinstance(summary, dict) or "jobs" not in summary:
         raise SummaryError(f"{path} is not a qaina-bench summary")
     return summary
@@ -345,7 +347,7 @@ def describe_run(directory: Path) -> str:
         return _describe(s)
     except SummaryError as exc:
         return f"? ({exc})"
-    except (AttributeError, TypeError, ValueError) as exc:
+    except (AttributeError, TypeError, ValueError, OverflowError) as exc:
         return f"? (summary.json is not a summary this qaina-bench can read: {exc})"
 
 

@@ -38,6 +38,7 @@ import yaml
 from ...hosts.lanes import LaneError, LaneFormat
 from ...settings import SECTION_OF, SECTIONS
 from ..config import RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing
+from ..results.resultset import read_text
 from .sweepcsv import run_row
 
 SPEC_KEYS = {"name", "description", "base", "grid", "repeats", "window_elements", "traces",
@@ -426,8 +427,8 @@ def stored_status(task: Task) -> str | None:
         raise SweepError(f"{d} was run with other options ({', '.join(diff)}) than the spec "
                          "now gives: use another --out, or remove that directory")
     try:
-        summary = json.loads((d / "summary.json").read_text())
-    except (OSError, ValueError):
+        summary = json.loads(read_text(d / "summary.json"))
+    except (OSError, ValueError, RecursionError):
         return "unreadable"
     status = summary.get("status") if isinstance(summary, dict) else None
     if status == "complete":  # and its metrics can be read, or it is run again

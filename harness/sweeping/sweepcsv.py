@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from ..results.metrics import METRICS, steady, sweep_columns, sweep_values  # noqa: F401
+from ..results.resultset import read_text
 
 CONFIG_COLUMNS = ["topo", "target", "mode", "jobs", "workers", "bits", "quantizer", "compress",
                   "payload_words", "pack", "bw", "delay", "loss", "slots", "pool_slots",
@@ -48,8 +49,8 @@ UNREADABLE = "unreadable"
 def run_row(directory: Path) -> dict:
     """The metrics of one result set (empty if it has no readable summary)."""
     try:
-        s = json.loads((directory / "summary.json").read_text())
-    except (OSError, ValueError):
+        s = json.loads(read_text(directory / "summary.json"))
+    except (OSError, ValueError, RecursionError):
         return {"status": "no summary"}
     if not isinstance(s, dict):  # not a summary: a run that did not complete
         return {"status": "no summary"}
