@@ -159,6 +159,53 @@ def test_what_is_not_a_result_set_is_one_clear_error(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "summary.json" in r.stderr
 
 
+def _edit_summary(directory: Path, change):
+    s = json.loads((directory / "summary.json").read_text())
+    change(s)
+    (directory / "summary.json").write_text(json.dumps(s))
+
+
+def _edit_csv(path: Path, column: str, value: str):
+    rows = list(csv.DictReader(open(path)))
+    rows[0][column] = value
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+@pytest.mark.root
+@needs_mininet
+@pytest.mark.parametrize("edit", [
+    lambda d: _edit_summary(d, lambda s: s.update(jobs="x")),
+    lambda d: _edit_summary(d, lambda s: s["jobs"][0].pop("job_id")),
+    lambda d: _edit_summary(d, lambda s: s["jobs"][0].update(fidelity="x")),
+    lambda d: _edit_csv(d / "timeseries.csv", "time", "noon"),
+    lambda d: _edit_csv(d / "iterations.csv", "job", "1.5"),
+])
+def test_a_hand_edited_result_set_is_one_clear_error(sweep, tmp_path, edit):
+    """A result set edited by hand (or by another tool) loads or says, in one
+    ResultsError naming it, that it cannot: no TypeError or KeyError from pandas."""
+    directory = tmp_path / "run"
+    shutil.copytree(runs(sweep)[0], directory)
+    edit(directory)
+    with pytest.raises(ResultsError, match="a file of the result set cannot be read") as err:
+        load(directory)
+    assert str(directory) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.root
+@needs_mininet
+def test_a_sweep_csv_with_nan_loads_and_one_with_a_bad_value_is_one_error(sweep, tmp_path):
+    path = tmp_path / "sweep.csv"
+    shutil.copy(sweep / "sweep.csv", path)
+    _edit_csv(path, "job_completion_s", "nan")  # as a NaN mean is written
+    assert load_sweep(path)["job_completion_s"].isna().iloc[0]
+    _edit_csv(path, "jobs", "1.5")
+    with pytest.raises(ResultsError, match="column jobs is not what sweep.csv holds"):
+        load_sweep(path)
+
+
 def test_without_pandas_the_import_is_one_clear_line():
     code = ("import sys; sys.modules['pandas'] = None\n"
             "try:\n    import qaina_bench.results\n"

@@ -223,11 +223,13 @@ def load(run_dir) -> Run:
     try:
         iterations = iterations_frame(directory)
         series = series_frame(directory)
-    except (ValueError, KeyError, pd.errors.ParserError) as exc:
-        raise ResultsError(f"{directory}: unreadable table: {exc}".splitlines()[0]) from None
-    return Run(directory, summary, _config(summary, directory), jobs_frame(summary),
-               iterations, series, validity_frame(summary, iterations),
-               fidelity_frame(summary))
+        return Run(directory, summary, _config(summary, directory), jobs_frame(summary),
+                   iterations, series, validity_frame(summary, iterations),
+                   fidelity_frame(summary))
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, OverflowError,
+            pd.errors.ParserError) as exc:  # a file edited by hand, or not ours
+        raise ResultsError(f"{directory}: a file of the result set cannot be read "
+                           f"({type(exc).__name__}: {exc})".splitlines()[0]) from None
 
 
 def sweep_metric_columns() -> list[str]:
@@ -251,13 +253,18 @@ def load_sweep(sweep_dir) -> "pd.DataFrame":
         raise ResultsError(f"{path} is not a qaina-bench sweep.csv (no run_id column)")
     blank = frame.replace("", None)
     for column in frame.columns:
-        if column in SWEEP_INTEGERS or column in SWEEP_INTEGER_METRICS:
-            frame[column] = pd.to_numeric(blank[column]).astype("Int64")
-        elif column in SWEEP_FLOATS or (column in sweep_metric_columns()
-                                        and column not in SWEEP_STRINGS_METRICS):
-            frame[column] = pd.to_numeric(blank[column]).astype(float)
-        elif column in SWEEP_BOOLEANS:
-            frame[column] = blank[column].map({"True": True, "False": False}).astype("boolean")
+        try:
+            if column in SWEEP_INTEGERS or column in SWEEP_INTEGER_METRICS:
+                frame[column] = pd.to_numeric(blank[column]).astype("Int64")
+            elif column in SWEEP_FLOATS or (column in sweep_metric_columns()
+                                            and column not in SWEEP_STRINGS_METRICS):
+                frame[column] = pd.to_numeric(blank[column].replace("nan", None)).astype(float)
+            elif column in SWEEP_BOOLEANS:
+                frame[column] = blank[column].map({"True": True, "False": False}).astype(
+                    "boolean")
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise ResultsError(f"{path}: column {column} is not what sweep.csv holds "
+                               f"({exc})".splitlines()[0]) from None
     return frame
 
 
