@@ -351,10 +351,11 @@ def results():
 def results_list(results_dir):
     """Result sets, newest last: status and what was run."""
     from .results.summary import describe_run, list_runs
+    from .results.tables import printable
     if not Path(results_dir).is_dir():
         _fail(f"--results-dir {results_dir}: no such directory (no run has written there)")
     for p in list_runs(Path(results_dir)):
-        click.echo(f"{p.name:48} {describe_run(p)}")
+        click.echo(printable(f"{p.name:48} {describe_run(p)}"))
 
 
 @results.command("show")

@@ -382,6 +382,23 @@ def test_results_show_of_a_summary_it_cannot_read_is_one_line(tmp_path):
         "(KeyError: 'run_id')"]
 
 
+def test_results_show_and_list_never_print_a_summarys_control_characters(tmp_path):
+    """A run id with a terminal escape (one that retitles the terminal) is shown with
+    ``?`` for each control character, by `results show` and `results list`."""
+    run = tmp_path / "r1"
+    run.mkdir()
+    (run / "config.yaml").write_text("topo: star\n")
+    (run / "summary.json").write_text(json.dumps(
+        {"jobs": [], "status": "complete", "topology": "star", "target": "embedded",
+         "run_id": "a\x1b]0;pwned\x07b", "trace": "t\x1b[2J"}))
+    for args in (["results", "show", str(run)], ["results", "list", "--results-dir",
+                                                  str(tmp_path)]):
+        code, out = run_cli(*args)
+        assert code == 0, out
+        assert "\x1b" not in out and "\x07" not in out
+    assert "a?]0;pwned?b: complete" in run_cli("results", "show", str(run))[1]
+
+
 @pytest.mark.parametrize("make, fragment", [
     (lambda p: p.symlink_to("/dev/zero"), "is unreadable: not a regular file"),
     (lambda p: os.mkfifo(p), "is unreadable: not a regular file"),

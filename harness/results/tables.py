@@ -5,12 +5,27 @@ every job metric with a ``table`` column, in registration order)."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
 import click
 
 from .metrics import table_metrics
+
+#: control characters (C0 but tab and newline, DEL, C1): a summary.json written by
+#: another tool, or by hand, could move the cursor or retitle the terminal with them
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as ``?``."""
+    return _CONTROL.sub("?", text)
+
+
+def echo(text: str = "", **kwargs):
+    """``click.echo`` of what a result set says, its control characters made harmless."""
+    click.echo(printable(str(text)), **kwargs)
 
 #: the job table's columns before the metrics: they describe the job's number format
 FORMAT_HEAD = f"{'job':>3} {'b':>3} {'w':>3} {'m':>3}"
@@ -30,33 +45,33 @@ def job_line(j: dict) -> str:
 
 
 def print_summary(summary: dict, directory: Path):
-    click.echo(f"\n{summary['run_id']}: {summary['status']} ({summary['topology']}, "
+    echo(f"\n{summary['run_id']}: {summary['status']} ({summary['topology']}, "
                f"{summary['target']}, {summary.get('mode', 'ina')})")
-    click.echo(job_head())
+    echo(job_head())
     for j in summary["jobs"]:
         if not j.get("iterations_done"):
-            click.echo(f"{j['job_id']:>3} {j['bits']:>3}  no iteration completed")
+            echo(f"{j['job_id']:>3} {j['bits']:>3}  no iteration completed")
             continue
-        click.echo(job_line(j))
+        echo(job_line(j))
         if j.get("final_test_accuracy") is not None:
             reached = (f", {j['target_accuracy']:.2f} after {j['time_to_target_s']:.1f} s "
                        f"({j['iterations_to_target']} iterations)"
                        if j.get("time_to_target_s") is not None else
                        f", {j['target_accuracy']:.2f} not reached")
-            click.echo(f"    test accuracy {j['final_test_accuracy']:.3f}{reached}")
+            echo(f"    test accuracy {j['final_test_accuracy']:.3f}{reached}")
         fb = j.get("fallback")
         if fb and j.get("switch_share") is not None:
-            click.echo(f"    shared pool: the switch summed {j['switch_share']:.0%} of the "
+            echo(f"    shared pool: the switch summed {j['switch_share']:.0%} of the "
                        f"chunks, the fallback host {fb['chunks_hosts']} chunks from "
                        f"{fb['singles']} singles")
     if summary.get("startup_to_first_send_s") is not None:
-        click.echo(startup_line(summary))
+        echo(startup_line(summary))
     print_fidelity(summary)
     for warning in summary.get("validity", {}).get("warnings", []):
-        click.echo(f"warning: {warning}", err=True)
+        echo(f"warning: {warning}", err=True)
     for err in summary.get("errors", []):
-        click.echo(f"error: {err}", err=True)
-    click.echo(f"results: {directory}")
+        echo(f"error: {err}", err=True)
+    echo(f"results: {directory}")
 
 
 #: the run's events up to its first packet, in order, as ``startup_line`` names them
@@ -86,13 +101,13 @@ def print_fidelity(summary: dict):
     fid = summary.get("fidelity")
     if not fid:
         sat = ((summary.get("validity") or {}).get("cpu") or {}).get("saturated")
-        click.echo("fidelity: not judged (a result set older than the verdict); CPU "
+        echo("fidelity: not judged (a result set older than the verdict); CPU "
                    + (f"saturated: {sat}" if sat else "not saturated"))
         return
-    click.echo(f"fidelity: {fid['verdict']}")
+    echo(f"fidelity: {fid['verdict']}")
     for j in summary["jobs"]:
         f = j.get("fidelity") or {}
-        click.echo(f"  job {j['job_id']}: {f.get('verdict', 'n/a')}, {f.get('reason', '')}")
+        echo(f"  job {j['job_id']}: {f.get('verdict', 'n/a')}, {f.get('reason', '')}")
     cost = summary.get("cpu_cost")
     if cost and cost.get("s_per_melem") is not None:
         parts = [f"{name} {c['s_per_melem']:.2f}" for name, c in cost["components"].items()]
@@ -101,7 +116,7 @@ def print_fidelity(summary: dict):
         servers = (" (" + ", ".join(f"{n} {c if c else '?'}" if n not in shared else
                                     f"{n} on {shared[n]}'s kernel" for n, c in by.items())
                    + ")" if by else "")
-        click.echo(f"CPU s per million elements: {', '.join(parts)}; softirq "
+        echo(f"CPU s per million elements: {', '.join(parts)}; softirq "
                    f"{k['s_per_melem']:.2f} (system-wide); {cost['total_s']:.1f} CPU s in "
                    f"{cost['window_s']:.1f} s on {cost['cores']} cores{servers}")
 
