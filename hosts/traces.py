@@ -127,8 +127,10 @@ class TraceSet:
         try:
             with np.load(file) as npz:
                 grad = npz[iteration_key(iteration)]
-        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-            raise TraceError(f"{file}: cannot read {iteration_key(iteration)}: {exc}") from exc
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile, RuntimeError,
+                NotImplementedError, MemoryError) as exc:
+            raise TraceError(f"{file}: cannot read {iteration_key(iteration)}: "
+                             f"{type(exc).__name__}: {exc}") from exc
         if grad.dtype != self.dtype or grad.shape != (self.elements,):
             raise TraceError(f"{file}: {iteration_key(iteration)} is {grad.dtype} "
                              f"{grad.shape}, expected {self.dtype} ({self.elements},)")
@@ -193,7 +195,12 @@ class TraceSet:
                     if dtype != self.dtype or shape != (self.elements,):
                         raise TraceError(f"{file}: {iteration_key(i)} is {dtype} {shape}, "
                                          f"expected {self.dtype} ({self.elements},)")
-        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+                    if archive.getinfo(member).file_size < self.elements * dtype.itemsize:
+                        raise TraceError(f"{file}: {iteration_key(i)} holds fewer bytes "
+                                         f"than its {self.elements} elements")
+        # encrypted members (RuntimeError), a compression zipfile lacks (NotImplementedError)
+        except (zipfile.BadZipFile, OSError, ValueError, RuntimeError,
+                NotImplementedError) as exc:
             raise TraceError(f"{file}: not a readable .npz file: {exc}") from exc
 
 
@@ -216,8 +223,8 @@ def read_manifest(path) -> dict:
         raise TraceError(f"trace set {path}: missing {MANIFEST}")
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TraceError(f"{file}: not valid JSON: {exc}") from exc
+    except (OSError, ValueError) as exc:  # not UTF-8, not JSON, an integer past 4300 digits
+        raise TraceError(f"{file}: not valid JSON: {str(exc).splitlines()[0]}") from exc
     except RecursionError:
         raise TraceError(f"{file}: not a manifest (nested too deep)") from None
     if not isinstance(manifest, dict):
@@ -225,6 +232,8 @@ def read_manifest(path) -> dict:
     missing = [key for key in REQUIRED_KEYS if key not in manifest]
     if missing:
         raise TraceError(f"{file}: missing {', '.join(missing)}")
+    if not isinstance(manifest["name"], str) or not manifest["name"].isprintable():
+        raise TraceError(f"{file}: name must be printable text (no control characters)")
     if manifest["format"] != FORMAT:
         raise TraceError(f"{file}: format {manifest['format']!r} is not {FORMAT!r}")
     if manifest["version"] not in (1, FORMAT_VERSION):
@@ -428,15 +437,19 @@ def _entry(child: Path) -> TraceEntry:
 def find_trace(name, dirs=None) -> Path:
     """The directory of trace set ``name``: a path to one, or a name on the search path."""
     as_path = Path(name).expanduser()
-    if as_path.is_dir() and (as_path / MANIFEST).is_file():
-        return as_path
-    if os.sep not in str(name) and not as_path.is_absolute():
-        for directory in trace_search_path(dirs):
-            if (directory / str(name) / MANIFEST).is_file():
-                return directory / str(name)
+    try:
+        if as_path.is_dir() and (as_path / MANIFEST).is_file():
+            return as_path
+        if os.sep not in str(name) and not as_path.is_absolute():
+            for directory in trace_search_path(dirs):
+                if (directory / str(name) / MANIFEST).is_file():
+                    return directory / str(name)
+    except OSError:  # a name too long to be a path (ENAMETOOLONG)
+        pass
     known = ", ".join(entry.name for entry in list_traces(dirs)) or "none"
     searched = ", ".join(str(d) for d in trace_search_path(dirs))
-    raise TraceError(f"no trace set {name!r} (searched {searched}; known: {known})")
+    shown = str(name) if len(str(name)) <= 80 else str(name)[:80] + "..."
+    raise TraceError(f"no trace set {shown!r} (searched {searched}; known: {known})")
 
 
 def load_exact_sums(path, iterations: int, elements: int) -> list[np.ndarray]:

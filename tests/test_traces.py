@@ -163,6 +163,8 @@ def edit_manifest(trace, **changes):
     ({"layers": [{"name": "x", "shape": [-1, -15]}]}, "layer 'x': a dimension must be"),
     ({"layers": [{"name": "x", "shape": [float("inf")]}]}, "layers must be a list"),
     ({"workers": True}, "workers must be a positive integer"),
+    ({"name": "a\x1b]0;x\x07"}, "name must be printable text"),
+    ({"name": "\ud800"}, "name must be printable text"),
 ])
 def test_bad_manifest(small_trace, changes, message):
     trace, _ = small_trace
@@ -196,6 +198,53 @@ def test_shape_mismatch(small_trace):
                         it1=np.zeros(15, np.float32))
     with pytest.raises(TraceError, match="it0 is float64"):
         TraceSet.open(trace.path)
+
+
+def test_corrupt_manifest_past_pythons_limits(small_trace):
+    trace, _ = small_trace
+    (trace.path / "manifest.json").write_text('{"seed": ' + "9" * 5000 + "}")
+    with pytest.raises(TraceError, match="not valid JSON: Exceeds the limit"):
+        TraceSet.open(trace.path)
+
+
+def _npz_of_headers(path, elements: int, iterations: int):
+    """A worker file whose members are .npy headers of ``elements`` float32 and no data."""
+    import io
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        for i in range(iterations):
+            head = io.BytesIO()
+            np.lib.format.write_array_header_1_0(head, {"descr": "<f4", "fortran_order": False,
+                                                        "shape": (elements,)})
+            z.writestr(f"it{i}.npy", head.getvalue())
+
+
+def test_a_worker_file_smaller_than_its_header_says_is_refused_before_reading(small_trace):
+    """A few hundred bytes whose headers promise 2**32 elements (16 GiB to allocate):
+    refused when the set is opened, from the member's size."""
+    trace, _ = small_trace
+    edit_manifest(trace, elements=2 ** 32, layers=[{"name": "x", "shape": [2 ** 32]}])
+    for k in range(trace.workers):
+        _npz_of_headers(trace.path / f"worker{k}.npz", 2 ** 32, trace.iterations)
+    with pytest.raises(TraceError, match="it0 holds fewer bytes than its 4294967296 elements"):
+        TraceSet.open(trace.path)
+
+
+def test_an_encrypted_worker_file_is_one_error(small_trace):
+    trace, _ = small_trace
+    data = bytearray((trace.path / "worker0.npz").read_bytes())
+    at = data.find(b"PK\x03\x04")  # the first local header: set its "encrypted" bit
+    data[at + 6] |= 1
+    at = data.find(b"PK\x01\x02")  # and its central directory entry's
+    data[at + 8] |= 1
+    (trace.path / "worker0.npz").write_bytes(bytes(data))
+    with pytest.raises(TraceError, match="worker0.npz: not a readable .npz file: .*encrypted"):
+        TraceSet.open(trace.path)
+
+
+def test_a_name_too_long_for_a_path_is_no_trace_set(tmp_path):
+    with pytest.raises(TraceError, match=r"no trace set 'a{80}\.\.\.'"):
+        find_trace("a" * 300, [tmp_path])
 
 
 def test_corrupt_worker_file(small_trace):
