@@ -65,8 +65,9 @@ class RunConfig(Settings):
 
     @classmethod
     def from_yaml(cls, path) -> "RunConfig":
+        from .results.resultset import read_text
         try:
-            text = Path(path).read_text()
+            text = read_text(Path(path), MAX_YAML)
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
         except UnicodeDecodeError:
@@ -74,6 +75,8 @@ class RunConfig(Settings):
                               "is)") from None
         except OSError as exc:
             raise ConfigError(f"config file {path}: {exc.strerror}") from None
+        except ValueError as exc:  # a device, a pipe, too large
+            raise ConfigError(f"config file {path}: {exc}") from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -82,6 +85,8 @@ class RunConfig(Settings):
             raise ConfigError(f"config file {path} is not valid YAML{at}: "
                               f"{getattr(exc, 'problem', None) or str(exc).splitlines()[0]}"
                               ) from None
+        except (RecursionError, ValueError) as exc:  # nested too deeply; a huge integer
+            raise ConfigError(f"config file {path}: {yaml_limit(exc)}") from None
         if data is None:
             raise ConfigError(f"config file {path} is empty; give at least one option "
                               "(e.g. topo: star), or use `qaina-bench up` for the defaults")
@@ -292,6 +297,21 @@ class RunConfig(Settings):
             raise ConfigError(str(exc)) from None
         if not 0 < t.target_accuracy <= 1:
             raise ConfigError(f"--target-accuracy {t.target_accuracy}: a share in (0, 1]")
+
+
+#: the largest config file or sweep spec read
+MAX_YAML = 16 << 20
+
+
+def yaml_limit(exc: Exception) -> str:
+    """One line on a YAML file that could not be read whole: nested past Python's
+    recursion, an integer past its digit limit, a device or pipe, too large."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    text = str(exc).splitlines()[0]
+    if "limit" in text and "digits" in text:
+        return "an integer of more digits than Python reads (4300)"
+    return text
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

@@ -81,6 +81,23 @@ def test_bad_input_is_one_clear_line(args, fragment):
     assert len([line for line in out.strip().splitlines() if line.startswith("Error")]) == 1
 
 
+@pytest.mark.parametrize("make, fragment", [
+    (lambda p: os.mkfifo(p), "not a regular file"),
+    (lambda p: p.write_text("topo: " + "{a: " * 5000 + "}" * 5000 + "\n"), "nested too deeply"),
+    (lambda p: p.write_text("jobs: " + "9" * 5000 + "\n"), "more digits than Python reads"),
+])
+def test_a_config_file_that_is_a_pipe_or_past_pythons_limits_is_one_line(tmp_path, make,
+                                                                        fragment):
+    """A pipe would be read forever, /dev/zero until memory runs out; deep nesting and
+    huge integers raise past PyYAML's errors."""
+    path = tmp_path / "c.yaml"
+    make(path)
+    for args in (["run", str(path), "--dry-run"], ["sweep", "--dry-run", str(path)]):
+        code, out = run_cli(*args)
+        assert code != 0 and "Traceback" not in out and fragment in out, out[-300:]
+        assert len([line for line in out.splitlines() if line.startswith("Error")]) == 1
+
+
 def test_config_file_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("topo: star\nwokers: 4\n")

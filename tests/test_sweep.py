@@ -141,6 +141,15 @@ def test_cli_errors_are_one_line(tmp_path):
     assert "is not text" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_plot_of_more_panels_than_a_figure_takes_is_refused(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec(grid={"bits": [4]}, plot={
+        "x": "bits", "panels": [{"y": "iteration_s"}] * 13})))
+    r = cli("sweep", "--dry-run", str(path))
+    assert r.returncode != 0 and "13 panels; a figure takes at most 12" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_dry_run_lists_every_run(tmp_path):
     r = cli("sweep", "--dry-run", "--quick", str(EXPERIMENTS / "qaina-jobs.yaml"),
             "--out", str(tmp_path / "s"))

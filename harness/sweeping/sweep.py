@@ -37,7 +37,8 @@ import yaml
 
 from ...hosts.lanes import LaneError, LaneFormat
 from ...settings import SECTION_OF, SECTIONS
-from ..config import RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing
+from ..config import (MAX_YAML, RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing,
+                      yaml_limit)
 from ..results.resultset import read_text
 from .sweepcsv import run_row
 
@@ -47,6 +48,7 @@ SPEC_KEYS = {"name", "description", "base", "grid", "repeats", "window_elements"
 RESERVED = {"results_dir", "run_id"}
 OPTIONS = set(SECTION_OF) - RESERVED
 MAX_RUNS = 10_000  # runs of one sweep
+MAX_PANELS = 12  # panels of one figure, one above the other
 TRACE_KEYS = {"name", "model", "hidden", "workers", "iterations", "dtype", "seed", "width",
               "lr", "batch_size"}
 PLOT_KEYS = {"title", "x", "xlabel", "series", "facet", "kind", "logx", "speedup_over",
@@ -87,7 +89,7 @@ class Spec:
     def load(cls, path, quick: bool = False) -> "Spec":
         where = str(path)
         try:
-            data = yaml.safe_load(Path(path).read_text())
+            data = yaml.safe_load(read_text(Path(path), MAX_YAML))
         except FileNotFoundError:
             raise SweepError(f"sweep spec {where} does not exist") from None
         except UnicodeDecodeError:
@@ -97,6 +99,8 @@ class Spec:
         except yaml.YAMLError as exc:
             raise SweepError(f"sweep spec {where} is not valid YAML: "
                              f"{str(exc).splitlines()[0]}") from None
+        except (RecursionError, ValueError) as exc:  # a device or pipe, too large or deep
+            raise SweepError(f"sweep spec {where}: {yaml_limit(exc)}") from None
         return cls.from_dict(data, where, quick)
 
     @classmethod
@@ -287,6 +291,8 @@ def _plot(plot, where: str) -> dict:
         raise SweepError(f"{where}: kind is line or bar, got {plot['kind']!r}")
     _flag(plot.get("logx"), f"{where}: logx")
     panels = plot.get("panels")
+    if isinstance(panels, list) and len(panels) > MAX_PANELS:  # a figure as tall as them
+        raise SweepError(f"{where}: {len(panels)} panels; a figure takes at most {MAX_PANELS}")
     if not isinstance(panels, list) or not panels:
         raise SweepError(f"{where}: panels must be a list of at least one panel "
                          f"({', '.join(sorted(PANEL_KEYS))})")
