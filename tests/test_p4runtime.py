@@ -20,7 +20,7 @@ from conftest import free_port, root
 from qaina_bench.harness.switches.control import ControlError, SwitchConnection, update_errors
 from qaina_bench.harness.switches.targets import make_target
 from qaina_bench.p4.embedded.streams import ARBITRATION_WAIT, MAX_STREAMS
-from qaina_bench.p4.proto import code_pb2, p4info_pb2, p4runtime_pb2
+from qaina_bench.p4.proto import code_pb2, p4info_pb2, p4runtime_pb2, p4runtime_pb2_grpc
 
 pytestmark = root
 
@@ -361,37 +361,44 @@ def test_a_client_that_never_reads_its_stream_cannot_grow_the_switch(fresh):
     """A backup sends PacketOuts and reads nothing. The embedded switch has no CPU port
     and answers each with an error message; it keeps at most ``OUTBOX`` of them for
     the client, then ends the stream with RESOURCE_EXHAUSTED and reads no more of it.
-    BMv2 (no CPU port either) answers PacketOuts with nothing (pinned)."""
-    sent = 20000
-    all_sent, release = threading.Event(), threading.Event()
+    BMv2 (no CPU port either) answers PacketOuts with nothing (pinned). The client's
+    receive window stays gRPC's 64 kB (no BDP probing), so what the client does not
+    read backs up into the switch whatever the machine's speed."""
+    limit = 20000 if fresh.kind == "bmv2" else 1_000_000
+    sent, stop = [0], threading.Event()
 
     def flood():
         yield _arbitration(11)
-        for _ in range(sent):
+        while sent[0] < limit and not stop.is_set():
             p = p4runtime_pb2.StreamMessageRequest()
             p.packet.payload = b"\x00" * 64
+            sent[0] += 1
             yield p
-        all_sent.set()
-        release.wait(90)
+        stop.wait(90)
 
-    call = fresh.conn.stub.StreamChannel(flood())
+    channel = grpc.insecure_channel(fresh.target.grpc_addr,
+                                    options=[("grpc.http2.bdp_probe", 0)])
+    call = p4runtime_pb2_grpc.P4RuntimeStub(channel).StreamChannel(flood())
     try:
+        deadline = time.monotonic() + 90
         if fresh.kind == "embedded":
-            deadline = time.monotonic() + 60
             while "does not read it" not in fresh.target.log_path.read_text():
                 assert time.monotonic() < deadline, "the stream of a client that reads " \
                                                     "nothing was never closed"
                 time.sleep(0.2)
         else:
-            assert all_sent.wait(60)
-        release.set()  # the client ends its side and reads what came
+            while sent[0] < limit:
+                assert time.monotonic() < deadline, "BMv2 stopped reading the PacketOuts"
+                time.sleep(0.2)
+        stop.set()  # the client ends its side and reads what came
         got, code = _stream_end(call)
     finally:
-        release.set()
+        stop.set()
         call.cancel()
+        channel.close()
     if fresh.kind == "bmv2":
         assert (got, code) == (1, None)  # the arbitration answer alone
     else:
-        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and 1 <= got < sent
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and 1 <= got < sent[0]
         assert "does not read its stream" in call.details()
     fresh.conn.read_counter("MyIngress.drops")  # the primary is still served
