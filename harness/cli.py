@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import signal
@@ -444,17 +445,20 @@ def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh,
                + (f"; accuracy after {train_iterations} iterations of {model}, lr {lr}, "
                   f"batch {batch_size} per worker" if train_iterations else ""))
     click.echo(ev.TABLE_HEAD)
+    from .results.resultset import writable, write_whole
     try:
-        csv_file = open(csv_path, "w", newline="") if csv_path else None
+        if csv_path:
+            writable(csv_path)  # now, not after the table's minutes
         rows = ev.compression_table(ts, job if train_iterations else None, scheme_list,
                                     workers, seeds, train_iterations, log=click.echo)
-    except (TraceError, ImportError, ValueError, OSError) as exc:
-        _fail(exc)
-    if csv_file is not None:
-        with csv_file:
-            write = csv.DictWriter(csv_file, list(ev.csv_row(rows[0])))
+        if csv_path:
+            text = io.StringIO(newline="")
+            write = csv.DictWriter(text, list(ev.csv_row(rows[0])))
             write.writeheader()
             write.writerows(ev.csv_row(r) for r in rows)
+            write_whole(csv_path, text.getvalue())
+    except (TraceError, ImportError, ValueError, OSError) as exc:
+        _fail(exc)
 
 
 # -- sweeps ---------------------------------------------------------------------------

@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -319,6 +322,37 @@ def test_eval_compression_prints_a_row_per_scheme_and_writes_them_as_csv(tmp_pat
         assert float(r["accuracy_min"]) <= float(r["accuracy"]) <= float(r["accuracy_max"])
 
 
+def test_eval_compression_keeps_an_existing_csv_when_it_is_interrupted(tmp_path):
+    """The CSV is written once the table is complete: a Ctrl-C while it computes leaves
+    the file that was there, and a path that cannot be written fails before any
+    computing."""
+    path = tmp_path / "c.csv"
+    path.write_text("earlier,table\n")
+    proc = subprocess.Popen([sys.executable, "-m", "qaina_bench.harness.cli", "eval",
+                             "compression", "--workers", "8", "--seeds", "20", "--csv", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("| b="):  # computing: the first rows are out
+                break
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+    assert path.read_text() == "earlier,table\n" and not list(tmp_path.glob(".c.csv.*"))
+    code, out = run_cli("eval", "compression", "--workers", "4", "--bits", "4",
+                        "--quantizers", "maxpow2", "--seeds", "1", "--no-extras",
+                        "--csv", str(tmp_path / "missing" / "c.csv"))
+    assert code != 0 and "no such directory" in out and "| b=" not in out
+    assert "Traceback" not in out
+    code, out = run_cli("eval", "compression", "--workers", "4", "--bits", "4",
+                        "--quantizers", "maxpow2", "--seeds", "1", "--no-extras",
+                        "--csv", str(path))
+    assert code == 0, out
+    assert path.read_text().startswith("scheme,") and not list(tmp_path.glob(".c.csv.*"))
+
+
 def test_results_show_reads_a_result_set_made_before_the_fidelity_verdict(tmp_path):
     """Without ``fidelity`` in its summary, a result set shows its CPU saturation."""
     old = {"run_id": "old", "status": "complete", "complete": True, "topology": "star",
@@ -372,9 +406,6 @@ def test_a_known_recipe_is_recorded_on_first_use_with_progress(tmp_path, monkeyp
 @pytest.mark.root  # Mininet
 @pytest.mark.slow
 def test_up_records_a_known_recipe_on_first_use_and_runs_it(tmp_path):
-    import subprocess
-    import sys
-
     from qaina_bench.hosts.traces import TraceSet
     env = dict(os.environ, QAINA_TRACE_DIR=str(tmp_path / "traces"))
     res = subprocess.run([sys.executable, "-m", "qaina_bench.harness.cli", "up", "--topo", "star",

@@ -105,6 +105,38 @@ def read_text(path: Path, limit: int = MAX_READ) -> str:
     return data.decode("utf-8")
 
 
+def writable(path: Path):
+    """OSError unless ``path`` could be written (its folder exists and takes files, and
+    it is not a folder), without touching it: checked before a long computation whose
+    output goes there."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(21, "is a directory", str(path))
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise FileNotFoundError(2, "no such directory", str(folder))
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists()
+                                                    and not os.access(path, os.W_OK)):
+        raise PermissionError(13, "not writable", str(path))
+
+
+def write_whole(path: Path, text: str):
+    """``text`` as ``path``'s whole content, replacing what was there only once all of
+    it is written (an error or a Ctrl-C leaves the old file as it was)."""
+    import tempfile
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent)
+                               else ".")
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def read_csv(path: Path) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
