@@ -174,6 +174,14 @@ def _edit_csv(path: Path, column: str, value: str):
         w.writerows(rows)
 
 
+def _drop_column(path: Path, column: str):
+    rows = list(csv.DictReader(open(path)))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, [c for c in rows[0] if c != column], extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
 @pytest.mark.root
 @needs_mininet
 @pytest.mark.parametrize("edit", [
@@ -182,6 +190,8 @@ def _edit_csv(path: Path, column: str, value: str):
     lambda d: _edit_summary(d, lambda s: s["jobs"][0].update(fidelity="x")),
     lambda d: _edit_csv(d / "timeseries.csv", "time", "noon"),
     lambda d: _edit_csv(d / "iterations.csv", "job", "1.5"),
+    lambda d: _drop_column(d / "iterations.csv", "job"),
+    lambda d: _drop_column(d / "timeseries.csv", "kind"),
 ])
 def test_a_hand_edited_result_set_is_one_clear_error(sweep, tmp_path, edit):
     """A result set edited by hand (or by another tool) loads or says, in one

@@ -25,7 +25,8 @@ definition; a metric that does not apply to the run is NaN), then what else
 per-iteration records, with the columns of ``ITERATION_COLUMNS``
 (``harness/results/resultset.py``; README's "Results" explains each). ``job``,
 ``worker``, ``iteration`` and the counters are integers, ``compressed`` a boolean,
-``start``/``end`` epoch seconds; a field an agent did not record is NaN.
+``start``/``end`` epoch seconds; a field an agent did not record is NaN (a file
+without ``job``, ``worker`` or ``iteration`` is a ``ResultsError``).
 
 ``series``, the sampler's time series: ``timeseries.csv`` with the columns of
 ``TIMESERIES_COLUMNS``; ``time`` is epoch seconds, ``t`` the seconds since the first
@@ -139,15 +140,21 @@ def jobs_frame(summary: dict) -> "pd.DataFrame":
     return pd.DataFrame(rows, columns=fixed + extra)
 
 
-def _read(path: Path, columns: list[str]) -> "pd.DataFrame":
+def _read(path: Path, columns: list[str], keys: tuple[str, ...]) -> "pd.DataFrame":
+    """``path`` with ``columns`` first (missing ones NaN); ValueError if it lacks one of
+    the ``keys`` that say what a row is."""
     if not path.exists():
         return pd.DataFrame(columns=columns)
     frame = pd.read_csv(regular_file(path), low_memory=False)
+    lacking = [k for k in keys if k not in frame.columns]
+    if lacking:
+        raise ValueError(f"{path.name} has no {', '.join(lacking)} column")
     return frame.reindex(columns=columns + [c for c in frame.columns if c not in columns])
 
 
 def iterations_frame(directory: Path) -> "pd.DataFrame":
-    frame = _read(directory / "iterations.csv", ITERATION_COLUMNS)
+    frame = _read(directory / "iterations.csv", ITERATION_COLUMNS,
+                  ("job", "worker", "iteration"))
     for column in INTEGER_ITERATION:
         frame[column] = pd.to_numeric(frame[column]).astype("Int64")
     frame["compressed"] = frame["compressed"].map(
@@ -156,7 +163,7 @@ def iterations_frame(directory: Path) -> "pd.DataFrame":
 
 
 def series_frame(directory: Path) -> "pd.DataFrame":
-    frame = _read(directory / "timeseries.csv", TIMESERIES_COLUMNS)
+    frame = _read(directory / "timeseries.csv", TIMESERIES_COLUMNS, ("time", "kind"))
     frame["job"] = pd.to_numeric(frame["job"]).astype("Int64")
     frame.insert(1, "t", frame["time"] - frame["time"].min() if len(frame) else frame["time"])
     return frame
