@@ -53,6 +53,8 @@ FORMAT = "qaina-trace"
 FORMAT_VERSION = 2  # 2 adds "dtype" (float32 or float16); version 1 is float32
 DTYPES = ("float32", "float16")
 MANIFEST = "manifest.json"
+#: the largest manifest read (one of a 10,000-layer model is about 1 MB)
+MAX_MANIFEST = 16 << 20
 REQUIRED_KEYS = ("format", "version", "name", "model", "dataset", "layers", "elements",
                  "workers", "iterations")
 #: the most workers, iterations or elements (and any layer dimension) a manifest may
@@ -219,10 +221,16 @@ def _npy_header(stream):
 def read_manifest(path) -> dict:
     """The checked manifest of the trace set in directory ``path``."""
     file = Path(path) / MANIFEST
-    if not file.is_file():
+    if not file.exists():
         raise TraceError(f"trace set {path}: missing {MANIFEST}")
+    if not file.is_file():  # a pipe would be read forever
+        raise TraceError(f"{file}: not a regular file")
     try:
-        manifest = json.loads(file.read_text(encoding="utf-8"))
+        with open(file, "rb") as f:
+            data = f.read(MAX_MANIFEST + 1)
+        if len(data) > MAX_MANIFEST:
+            raise ValueError(f"larger than {MAX_MANIFEST >> 20} MB")
+        manifest = json.loads(data.decode("utf-8"))
     except (OSError, ValueError) as exc:  # not UTF-8, not JSON, an integer past 4300 digits
         raise TraceError(f"{file}: not valid JSON: {str(exc).splitlines()[0]}") from exc
     except RecursionError:
@@ -245,12 +253,12 @@ def read_manifest(path) -> dict:
     for key in ("workers", "iterations", "elements"):
         _count(manifest[key], f"{file}: {key}")
     try:
-        layers = [Layer(str(layer["name"]), tuple(int(d) for d in layer["shape"]))
+        layers = [Layer(str(layer["name"]), tuple(layer["shape"]))
                   for layer in manifest["layers"]]
     except (TypeError, KeyError, ValueError, OverflowError) as exc:
         raise TraceError(f"{file}: layers must be a list of {{name, shape}}: {exc}") from exc
     for layer in layers:
-        for d in layer.shape:
+        for d in layer.shape:  # as written: 64.5 or "64" is not a dimension
             _count(d, f"{file}: layer {layer.name[:40]!r}: a dimension")
     total = sum(layer.size for layer in layers)
     if total != manifest["elements"]:
@@ -414,8 +422,8 @@ def list_traces(dirs=None) -> list[TraceEntry]:
 
 
 def _has_manifest(child: Path) -> bool:
-    try:
-        return (child / MANIFEST).is_file()
+    try:  # a manifest that is not a file is listed with its problem
+        return (child / MANIFEST).exists()
     except OSError:  # a directory this user cannot enter
         return False
 
@@ -438,11 +446,11 @@ def find_trace(name, dirs=None) -> Path:
     """The directory of trace set ``name``: a path to one, or a name on the search path."""
     as_path = Path(name).expanduser()
     try:
-        if as_path.is_dir() and (as_path / MANIFEST).is_file():
+        if as_path.is_dir() and (as_path / MANIFEST).exists():
             return as_path
         if os.sep not in str(name) and not as_path.is_absolute():
             for directory in trace_search_path(dirs):
-                if (directory / str(name) / MANIFEST).is_file():
+                if (directory / str(name) / MANIFEST).exists():
                     return directory / str(name)
     except OSError:  # a name too long to be a path (ENAMETOOLONG)
         pass

@@ -2,6 +2,7 @@
 the recorder (hosts/recorder.py), the bundled set, the traces command line."""
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 
 from qaina_bench.harness.cli import main as cli
 from qaina_bench.hosts import recorder
+from qaina_bench.hosts import traces as traces_mod
 from qaina_bench.hosts.models import NumpyMLP
 from qaina_bench.hosts.recorder import record
 from qaina_bench.hosts.sources import TraceReplay
@@ -161,7 +163,10 @@ def edit_manifest(trace, **changes):
      "elements must be a positive integer of at most 4294967296, not 1000000"),
     ({"layers": [{"name": "x", "shape": [10**30, 0]}]}, "layer 'x': a dimension must be"),
     ({"layers": [{"name": "x", "shape": [-1, -15]}]}, "layer 'x': a dimension must be"),
-    ({"layers": [{"name": "x", "shape": [float("inf")]}]}, "layers must be a list"),
+    ({"layers": [{"name": "x", "shape": [float("inf")]}]}, "layer 'x': a dimension must be"),
+    ({"layers": [{"name": "x", "shape": [3.9, 5]}]}, r"a dimension must be .*, not 3\.9"),
+    ({"layers": [{"name": "x", "shape": ["3", 5]}]}, "a dimension must be .*, not '3'"),
+    ({"layers": [{"name": "x", "shape": 15}]}, "layers must be a list"),
     ({"workers": True}, "workers must be a positive integer"),
     ({"name": "a\x1b]0;x\x07"}, "name must be printable text"),
     ({"name": "\ud800"}, "name must be printable text"),
@@ -177,6 +182,27 @@ def test_corrupt_manifest(small_trace):
     trace, _ = small_trace
     (trace.path / "manifest.json").write_text("{ not json")
     with pytest.raises(TraceError, match="not valid JSON"):
+        TraceSet.open(trace.path)
+
+
+def test_a_manifest_that_is_not_a_file_is_named_not_read(small_trace, tmp_path):
+    """A pipe as manifest.json would block a reader forever: it is one clear line, by
+    path and by name on the search path."""
+    trace, _ = small_trace
+    (trace.path / "manifest.json").unlink()
+    os.mkfifo(trace.path / "manifest.json")
+    with pytest.raises(TraceError, match="manifest.json: not a regular file"):
+        TraceSet.open(trace.path)
+    with pytest.raises(TraceError, match="manifest.json: not a regular file"):
+        open_trace("small", [str(trace.path.parent)])
+    entry = {e.name: e for e in list_traces([str(trace.path.parent)])}["small"]
+    assert "not a regular file" in entry.problem
+
+
+def test_a_manifest_past_the_limit_is_refused(small_trace, monkeypatch):
+    trace, _ = small_trace
+    monkeypatch.setattr(traces_mod, "MAX_MANIFEST", 100)
+    with pytest.raises(TraceError, match="larger than"):
         TraceSet.open(trace.path)
 
 
