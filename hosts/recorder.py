@@ -7,13 +7,16 @@ training split into one shard per worker (``training.py``), and writes the set w
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from pathlib import Path
 
 import numpy as np
 
-from .models import NumpyMLP, TorchModel, TorchResNet
-from .traces import TraceError, TraceSet, check_set_name, default_record_dir, write_trace
+from .models import MODELS, NumpyMLP, TorchModel, TorchResNet
+from .traces import (DTYPES, TraceError, TraceSet, check_set_name, default_record_dir,
+                     write_trace)
 from .training import DIGITS, DataParallelJob
 from ..settings import Training
 
@@ -40,6 +43,37 @@ def describe(recipe: dict) -> str:
     """``record``'s options of a recipe as `traces record` takes them."""
     return ", ".join(f"{k} {','.join(map(str, v)) if isinstance(v, tuple) else v}"
                      for k, v in recipe.items())
+
+
+#: the most workers a recorded set has (as ``traces record --workers`` takes)
+MAX_WORKERS = 256
+
+
+def check_options(model="mlp", workers=8, iterations=12, seed=0, batch_size=1,
+                  learning_rate=0.1, hidden=(1,), width=1, dtype="float32", **_) -> None:
+    """TraceError naming the first of ``record``'s options whose type or value it cannot
+    record with (a recipe written by hand: a sweep spec's ``traces``), before training."""
+    def whole(value, name, low, high=None):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+                or value < low or (high is not None and value > high):
+            span = f"from {low} to {high}" if high is not None else f"of at least {low}"
+            raise TraceError(f"{name} must be a whole number {span}, not {value!r}")
+    if model not in MODELS:
+        raise TraceError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
+    whole(workers, "workers", 1, MAX_WORKERS)
+    whole(iterations, "iterations", 1)
+    whole(seed, "seed", 0, 2**63 - 1)
+    whole(batch_size, "batch size", 1)
+    whole(width, "width", 1)
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, numbers.Real) \
+            or not math.isfinite(learning_rate) or learning_rate <= 0:
+        raise TraceError(f"the learning rate must be a number above 0, not {learning_rate!r}")
+    if not isinstance(hidden, (list, tuple)) or not hidden:
+        raise TraceError(f"hidden must be a list of layer sizes, not {hidden!r}")
+    for size in hidden:
+        whole(size, "a hidden layer size", 1)
+    if dtype not in DTYPES:
+        raise TraceError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
 
 
 def ensure(name: str, dirs=None, log=None, recipe: dict | None = None) -> Path:
@@ -75,8 +109,8 @@ def record(name: str, out_dir=None, model: str = "mlp", workers: int = 8,
     user's trace directory, which ``up`` searches), stored as ``dtype`` (``float16``
     halves big sets); ``log`` (e.g. ``print``) gets one line per iteration.
     """
-    if iterations < 1:
-        raise TraceError("iterations must be positive")
+    check_options(model, workers, iterations, seed, batch_size, learning_rate, hidden, width,
+                  dtype)
     target = Path(out_dir or default_record_dir()) / check_set_name(name)
     if target.exists() and not overwrite:  # said before the training, not after it
         raise TraceError(f"{target} exists (replace it with --overwrite, or overwrite=True)")

@@ -43,6 +43,18 @@ def spec(**over) -> dict:
     ({"quick": {"plot": {}}}, "quick may replace"),
     ({"traces": [{"name": "x", "colour": 1}]}, "unknown key(s) colour"),
     ({"traces": ["nope"]}, "has no recipe"),
+    ({"traces": [{"name": "x", "hidden": 5}]}, "trace 'x': hidden must be a list of layer"),
+    ({"traces": [{"name": "x", "workers": "8"}]}, "trace 'x': workers must be a whole number"),
+    ({"traces": [{"name": "x", "dtype": "int8"}]}, "trace 'x': dtype 'int8': use one of"),
+    ({"traces": [{"name": "x", "lr": "fast"}]}, "trace 'x': the learning rate must be"),
+    ({"traces": [{"name": "x", "model": "gpt"}]}, "trace 'x': unknown model 'gpt'"),
+    ({"traces": [{"name": "../x"}]}, "trace '../x': trace set name '../x'"),
+    ({"plot": {"x": "bitz", "panels": [{"y": "iteration_s"}]}},
+     "plot: 'bitz' is not a column of sweep.csv"),
+    ({"plot": {"x": "bits", "series": ["mode", "colour"], "panels": [{"y": "iteration_s"}]}},
+     "plot: 'colour' is not a column of sweep.csv"),
+    ({"plot": {"x": "bits", "panels": [{"served": True}, {"y": "iteration_time"}]}},
+     "plot: panel y 'iteration_time' is not a column of sweep.csv"),
     ({"grid": {"seed": list(range(200)), "bits": [2, 4, 8], "workers": list(range(1, 21))}},
      "more than 10000"),
     ({"window_elements": 640, "grid": {"bits": [9]}}, "point 0 (bits=9): bit width 9 is not"),
@@ -65,6 +77,14 @@ def test_bad_specs_are_one_clear_error(change, fragment):
         s = Spec.from_dict(spec(**change), "s.yaml", quick=True)
         plan(s, Path("/tmp/nowhere"))
     assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_recipe_and_a_plot_a_sweep_can_use_are_taken():
+    """A grid axis and a metric are columns to plot; 1e-3 (text to YAML) is a rate."""
+    s = Spec.from_dict(spec(traces=[{"name": "x", "lr": "1e-3", "hidden": [8]}], plot={
+        "x": "bits", "series": "mode", "facet": "workers",
+        "panels": [{"y": "iteration_s"}, {"served": True}]}), "s.yaml")
+    assert len(plan(s, Path("/tmp/nowhere"))) == 2
 
 
 def test_points_are_the_cross_product_in_order_with_variants(tmp_path):

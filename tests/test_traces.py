@@ -206,6 +206,17 @@ def test_a_manifest_past_the_limit_is_refused(small_trace, monkeypatch):
         TraceSet.open(trace.path)
 
 
+@pytest.mark.parametrize("option, fragment", [
+    ({"dtype": "int8"}, "dtype 'int8'"), ({"workers": 1.5}, "workers must be a whole"),
+    ({"hidden": (64, 0)}, "a hidden layer size must be"), ({"seed": -1}, "seed must be"),
+    ({"learning_rate": float("nan")}, "learning rate must be"), ({"model": "x"}, "unknown model"),
+])
+def test_record_refuses_its_options_before_training(tmp_path, option, fragment):
+    with pytest.raises(TraceError, match=fragment):
+        record("r", tmp_path, **{"iterations": 1, "workers": 2, **option})
+    assert not (tmp_path / "r").exists()
+
+
 def test_missing_worker_file(small_trace):
     trace, _ = small_trace
     (trace.path / "worker1.npz").unlink()

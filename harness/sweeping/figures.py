@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from ..results.metrics import over_repeats
-from .sweep import Spec, SweepError
+from .sweep import Spec, SweepError, plot_columns
 from .sweeprun import CSV_FILE, SPEC_FILE
 
 #: columns that do not depend on what bound the run: never drawn hollow
@@ -106,14 +106,11 @@ def check_plot(spec: Spec, rows: list[dict]) -> dict:
     if not p:
         raise SweepError(f"the spec of {spec.name} has no plot section")
     cols = set(rows[0]) if rows else set()
+    for what, name in plot_columns(p):
+        if not name or (rows and name not in cols):
+            raise SweepError(f"plot: {what}{name!r} is not a column of {CSV_FILE}")
     series = p.get("series") or []
     p["series"] = [series] if isinstance(series, str) else list(series)
-    for name in [p.get("x")] + p["series"] + ([p["facet"]] if p.get("facet") else []):
-        if not name or (rows and name not in cols):
-            raise SweepError(f"plot: {name!r} is not a column of {CSV_FILE}")
-    for panel in p["panels"]:
-        if not panel.get("served") and (not panel.get("y") or (rows and panel["y"] not in cols)):
-            raise SweepError(f"plot: panel y {panel.get('y')!r} is not a column of {CSV_FILE}")
     return p
 
 

@@ -40,7 +40,7 @@ from ...settings import SECTION_OF, SECTIONS
 from ..config import (MAX_YAML, RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing,
                       yaml_limit)
 from ..results.resultset import read_text
-from .sweepcsv import run_row
+from .sweepcsv import columns, run_row
 
 SPEC_KEYS = {"name", "description", "base", "grid", "repeats", "window_elements", "traces",
              "plot", "quick"}
@@ -252,7 +252,8 @@ def _grid(grid, where: str) -> dict:
 def _traces(traces, where: str) -> list | None:
     """Trace sets to record first: a recipe's name (``hosts/recorder.RECIPES``) or a
     mapping of ``traces record`` options with a name."""
-    from ...hosts.recorder import RECIPES
+    from ...hosts.recorder import RECIPES, check_options
+    from ...hosts.traces import TraceError, check_set_name
     if traces is None:
         return None
     if not isinstance(traces, list):
@@ -269,6 +270,11 @@ def _traces(traces, where: str) -> list | None:
         if bad:
             raise SweepError(f"{where}: trace {t['name']!r}: unknown key(s) {', '.join(bad)}; "
                              f"known: {', '.join(sorted(TRACE_KEYS))}")
+        try:  # said now, not after the sets before it are recorded
+            check_set_name(t["name"])
+            check_options(**_recipe(t))
+        except TraceError as exc:
+            raise SweepError(f"{where}: trace {t['name']!r}: {exc}") from None
     return traces
 
 
@@ -299,6 +305,29 @@ def _plot(plot, where: str) -> dict:
     for n, panel in enumerate(panels, 1):
         _panel(panel, f"{where}: panel {n}")
     return plot
+
+
+def plot_columns(plot: dict) -> list[tuple[str, str]]:
+    """(what it is, sweep.csv column) for every column the plot section draws from."""
+    series = plot.get("series") or []
+    out = [("", plot.get("x"))] + [("", s) for s in
+                                   ([series] if isinstance(series, str) else series)]
+    out += [("", plot["facet"])] if plot.get("facet") else []
+    return out + [("panel y ", panel.get("y")) for panel in plot.get("panels", [])
+                  if not panel.get("served")]
+
+
+def check_plot_columns(spec: Spec):
+    """SweepError if the plot section names a column sweep.csv will not have: said
+    before the sweep runs, not when it is plotted."""
+    if not spec.plot:
+        return
+    known = set(columns(list(spec.grid)))
+    for what, name in plot_columns(spec.plot):
+        if name not in known:
+            raise SweepError(f"{spec.path}: plot: {what}{name!r} is not a column of sweep.csv "
+                             "(an axis of the grid, a configuration or a metric column: "
+                             "README's glossary lists them)")
 
 
 def _panel(panel, where: str):
@@ -396,6 +425,7 @@ def plan(spec: Spec, sweep_dir: Path) -> list[Task]:
     if runs > MAX_RUNS:
         raise SweepError(f"{spec.path}: the grid makes {runs} runs, more than {MAX_RUNS}: "
                          "split the sweep into several specs")
+    check_plot_columns(spec)
     tasks = []
     recorded = trace_names(spec)
     for point in spec.points():
@@ -469,8 +499,13 @@ def prepare_traces(spec: Spec, echo) -> None:
 def _recipe(t: dict) -> dict:
     """``record``'s options from a spec's trace mapping."""
     out = {k: v for k, v in t.items() if k not in ("name", "lr")}
-    if "hidden" in out:
+    if isinstance(out.get("hidden"), list):
         out["hidden"] = tuple(out["hidden"])
     if "lr" in t:
         out["learning_rate"] = t["lr"]
+        if isinstance(t["lr"], str):  # YAML reads 1e-3 (no dot) as text
+            try:
+                out["learning_rate"] = float(t["lr"])
+            except ValueError:
+                pass
     return out
