@@ -12,6 +12,7 @@ as result sets and sweep specs written before the tree do); both give the same t
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
@@ -327,6 +328,7 @@ _OK = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
        list[str]: lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)}
 
 
+@functools.lru_cache(maxsize=None)
 def kind_of(section: type, name: str) -> tuple[type, bool]:
     """(the type of option ``name``, whether it may be None)."""
     hint = typing.get_type_hints(section)[name]

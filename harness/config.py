@@ -103,9 +103,10 @@ class RunConfig(Settings):
             raise ConfigError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and "
                               "'-' (a name, not a path), at most 100 characters")
 
-    def check(self) -> TraceSet | None:
+    def check(self, opened: dict | None = None) -> TraceSet | None:
         """Raise ConfigError for anything that cannot work; returns the trace set (None
-        when the run trains instead of replaying one)."""
+        when the run trains instead of replaying one). ``opened`` keeps the trace sets
+        checked so far, for checking many configurations (a sweep's)."""
         self.check_types()
         self.check_run_id()
         self.check_network()
@@ -128,7 +129,7 @@ class RunConfig(Settings):
         if self.training.train:
             self.check_training()
             return None
-        return self.check_trace()
+        return self.check_trace(opened)
 
     def check_network(self):
         net, work = self.network, self.workload
@@ -206,13 +207,19 @@ class RunConfig(Settings):
                             f"{net.pool_slots} slots: use fewer jobs or slots, a larger "
                             "--pool-slots, or --arrivals (jobs then wait for free slots)")
 
-    def check_trace(self) -> TraceSet:
+    def check_trace(self, opened: dict | None = None) -> TraceSet:
         tr, work = self.training, self.workload
-        try:
-            trace = TraceSet.open(find_trace(tr.trace, tr.trace_dirs or None))
-        except TraceError as exc:
-            raise TraceMissing(f"trace {tr.trace!r}: {exc} "
-                               "(see `qaina-bench traces list`)") from None
+        key = (tr.trace, tuple(tr.trace_dirs or ()))
+        opened = {} if opened is None else opened
+        if key not in opened:
+            try:
+                opened[key] = TraceSet.open(find_trace(tr.trace, tr.trace_dirs or None))
+            except TraceError as exc:
+                opened[key] = TraceMissing(f"trace {tr.trace!r}: {exc} "
+                                           "(see `qaina-bench traces list`)")
+        trace = opened[key]
+        if isinstance(trace, TraceMissing):
+            raise TraceMissing(str(trace))
         if work.workers > trace.workers:
             raise ConfigError(f"trace {trace.name} has {trace.workers} workers, "
                               f"--workers {work.workers} needs as many; record a larger set "

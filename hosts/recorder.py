@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .models import MODELS, NumpyMLP, TorchModel, TorchResNet
+from .models import MODELS, NumpyMLP, check_shape, TorchModel, TorchResNet
 from .traces import (DTYPES, TraceError, TraceSet, check_set_name, default_record_dir,
                      write_trace)
 from .training import DIGITS, DataParallelJob
@@ -68,12 +68,12 @@ def check_options(model="mlp", workers=8, iterations=12, seed=0, batch_size=1,
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, numbers.Real) \
             or not math.isfinite(learning_rate) or learning_rate <= 0:
         raise TraceError(f"the learning rate must be a number above 0, not {learning_rate!r}")
-    if not isinstance(hidden, (list, tuple)) or not hidden:
-        raise TraceError(f"hidden must be a list of layer sizes, not {hidden!r}")
-    for size in hidden:
-        whole(size, "a hidden layer size", 1)
+    if not isinstance(hidden, (list, tuple)) or not hidden or any(
+            isinstance(x, bool) or not isinstance(x, numbers.Integral) for x in hidden):
+        raise TraceError(f"hidden must be a list of whole layer sizes, not {hidden!r}")
     if dtype not in DTYPES:
         raise TraceError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    check_shape(model, tuple(hidden), width)  # positive, and not too large
 
 
 def ensure(name: str, dirs=None, log=None, recipe: dict | None = None) -> Path:

@@ -43,7 +43,7 @@ def spec(**over) -> dict:
     ({"quick": {"plot": {}}}, "quick may replace"),
     ({"traces": [{"name": "x", "colour": 1}]}, "unknown key(s) colour"),
     ({"traces": ["nope"]}, "has no recipe"),
-    ({"traces": [{"name": "x", "hidden": 5}]}, "trace 'x': hidden must be a list of layer"),
+    ({"traces": [{"name": "x", "hidden": 5}]}, "trace 'x': hidden must be a list of whole layer"),
     ({"traces": [{"name": "x", "workers": "8"}]}, "trace 'x': workers must be a whole number"),
     ({"traces": [{"name": "x", "dtype": "int8"}]}, "trace 'x': dtype 'int8': use one of"),
     ({"traces": [{"name": "x", "lr": "fast"}]}, "trace 'x': the learning rate must be"),
@@ -85,6 +85,17 @@ def test_a_recipe_and_a_plot_a_sweep_can_use_are_taken():
         "x": "bits", "series": "mode", "facet": "workers",
         "panels": [{"y": "iteration_s"}, {"served": True}]}), "s.yaml")
     assert len(plan(s, Path("/tmp/nowhere"))) == 2
+
+
+def test_plan_opens_each_trace_set_once(monkeypatch):
+    """A plan checks every run, but reads a trace set's files once (a 10,000-run grid
+    opened it 10,000 times: minutes for a --dry-run)."""
+    from qaina_bench.hosts.traces import TraceSet
+    opened, real = [], TraceSet.open.__func__
+    monkeypatch.setattr(TraceSet, "open", classmethod(
+        lambda cls, path: opened.append(path) or real(cls, path)))
+    s = Spec.from_dict(spec(grid={"bits": [2, 4, 8], "seed": [1, 2, 3]}), "s.yaml")
+    assert len(plan(s, Path("/tmp/nowhere"))) == 9 and len(opened) == 1
 
 
 def test_points_are_the_cross_product_in_order_with_variants(tmp_path):

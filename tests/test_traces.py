@@ -208,7 +208,8 @@ def test_a_manifest_past_the_limit_is_refused(small_trace, monkeypatch):
 
 @pytest.mark.parametrize("option, fragment", [
     ({"dtype": "int8"}, "dtype 'int8'"), ({"workers": 1.5}, "workers must be a whole"),
-    ({"hidden": (64, 0)}, "a hidden layer size must be"), ({"seed": -1}, "seed must be"),
+    ({"hidden": (64, 0)}, "give positive layer sizes"),
+    ({"hidden": (64, "8")}, "hidden must be a list of whole layer sizes"), ({"hidden": (10**6,) * 3}, "more than"), ({"seed": -1}, "seed must be"),
     ({"learning_rate": float("nan")}, "learning rate must be"), ({"model": "x"}, "unknown model"),
 ])
 def test_record_refuses_its_options_before_training(tmp_path, option, fragment):

@@ -428,11 +428,12 @@ def plan(spec: Spec, sweep_dir: Path) -> list[Task]:
     check_plot_columns(spec)
     tasks = []
     recorded = trace_names(spec)
+    opened: dict = {}  # each trace set opened once
     for point in spec.points():
         for repeat in range(1, spec.repeats + 1):
             try:
                 cfg = spec.config(point, sweep_dir, repeat)
-                cfg.check()
+                cfg.check(opened)
             except PoolError as exc:
                 tasks.append(Task(point, repeat, None, str(exc)))
                 continue
