@@ -160,12 +160,35 @@ class TraceSet:
         partial = path.with_name(f".{path.name}.partial")
         sums = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32,
                                          shape=(iterations, self.elements))
-        for i in range(iterations):
-            sums[i] = self.exact_sum(i, range(workers), np.float32)
-        sums.flush()
+        try:
+            for i in range(iterations):
+                sums[i] = self._finite_sum(i, workers)
+            sums.flush()
+        except BaseException:
+            del sums
+            partial.unlink()
+            raise
         del sums
         partial.rename(path)
         return path
+
+    def _finite_sum(self, iteration: int, workers: int) -> np.ndarray:
+        """The exact aggregate of workers ``0 .. workers-1`` as float32; TraceError if a
+        gradient holds inf or nan, or the aggregate is beyond float32 (no job can
+        deliver it: its agents would report it as a gradient they cannot scale)."""
+        total = np.zeros(self.elements, dtype=np.float64)
+        for k in range(workers):
+            grad = self.gradient(k, iteration)
+            if not np.isfinite(grad).all():
+                raise TraceError(f"trace set {self.name}: worker {k}'s gradient at iteration "
+                                 f"{iteration} holds inf or nan: replay finite gradients")
+            total += grad
+        peak = float(np.abs(total).max(initial=0.0))
+        if peak > float(np.finfo(np.float32).max):
+            raise TraceError(f"trace set {self.name}: the sum of {workers} workers at "
+                             f"iteration {iteration} reaches {peak:.3g}, beyond float32 "
+                             "(3.4e38): no aggregate of it can be delivered")
+        return total.astype(np.float32)
 
     def layer_views(self, grad: np.ndarray) -> dict[str, np.ndarray]:
         """Per layer name, a view of a flattened gradient in that layer's shape."""

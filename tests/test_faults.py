@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from qaina_bench.harness.config import RunConfig
@@ -406,3 +407,21 @@ def test_a_testbed_benchmark_killed_outright_leaves_no_temporary_directory(tmp_p
     assert f"deleted temporary directory {dirs[0]}" in out.stdout, out.stdout + out.stderr
     assert not Path(dirs[0]).exists()
     assert not list((tmp_path / "records").glob("*.json"))
+
+
+def test_a_trace_no_job_can_aggregate_fails_before_the_network_comes_up(tmp_path):
+    """A gradient of nan is refused while the exact sums are made: one line, exit 1, a
+    failed summary, and no switch or agent was started."""
+    from qaina_bench.hosts.traces import write_trace
+    grads = [[np.ones(15, np.float32)] for _ in range(4)]
+    grads[3][0][7] = np.nan
+    write_trace(tmp_path / "traces" / "nan", grads, model="toy", dataset="random",
+                layers=[("w", (15,))])
+    proc = cli(tmp_path, "nan", "--iterations", "1", "--trace", str(tmp_path / "traces/nan"))
+    out, _ = proc.communicate(timeout=120)
+    lines = out.decode().strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in out.decode()
+    assert lines[-1] == ("Error: summing the exact aggregates: trace set nan: worker 3's "
+                         "gradient at iteration 0 holds inf or nan: replay finite gradients")
+    assert json.loads((tmp_path / "nan" / "summary.json").read_text())["status"] == "failed"
+    assert not list((tmp_path / "nan" / "logs").glob("*")) and record_of("nan") is None

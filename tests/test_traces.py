@@ -62,6 +62,25 @@ def test_round_trip(small_trace):
     np.testing.assert_array_equal(views["a.bias"], grads[0][0][12:])
 
 
+@pytest.mark.parametrize("value, workers, fragment", [
+    (np.nan, 2, "worker 1's gradient at iteration 1 holds inf or nan"),
+    (np.inf, 2, "worker 1's gradient at iteration 1 holds inf or nan"),
+    (1.5e38, 3, "the sum of 3 workers at iteration 1 reaches 4.5e\\+38, beyond float32"),
+])
+def test_exact_sums_refuse_what_no_job_can_deliver(tmp_path, value, workers, fragment):
+    """A gradient of inf or nan, or workers whose sum is beyond float32, is one line
+    (the run says it before its network comes up), and no partial file is left."""
+    grads = small_gradients(workers=3)
+    grads[1][1][4] = value
+    for k in (0, 2):
+        grads[k][1][4] = 1.5e38
+    trace = write_trace(tmp_path / "t", grads, model="toy", dataset="random", layers=LAYERS)
+    assert trace.write_exact_sums(tmp_path / "first.npy", workers=3, iterations=1).exists()
+    with pytest.raises(TraceError, match=fragment):
+        trace.write_exact_sums(tmp_path / "e.npy", workers=workers, iterations=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.npy", "t"]
+
+
 def test_exact_sums_written_once_read_as_the_trace_sums_them(small_trace, tmp_path):
     """The harness's file of a job's exact sums (workers 0 .. n-1) holds what
     ``exact_sum`` gives, and a replaying agent reads it instead of summing."""

@@ -30,11 +30,9 @@ class ExactSums:
         self.path: Path | None = None
         self.copies: dict[str, str] = {}  # server -> the directory's copy there
 
-    def write(self, trace: TraceSet | None, workload, files: RunFiles, servers, echo=print
-              ) -> Path | None:
+    def write(self, trace: TraceSet | None, workload, echo=print) -> Path | None:
         """The exact sums of the workload's workers and iterations of ``trace`` (None:
-        the run trains, no file), copied to ``servers`` (names) that do not share this
-        disk."""
+        the run trains, no file); OSError (one line) if the trace has no finite ones."""
         if trace is None:
             return None
         workers, iterations = workload.workers, workload.iterations
@@ -49,8 +47,12 @@ class ExactSums:
             raise OSError(f"summing the exact aggregates: {exc}") from None
         echo(f"  exact sums of {workers} workers x {iterations} iterations: "
              f"{time.monotonic() - began:.1f} s")
-        self.copies = files.send_inputs(self.directory, servers)
         return self.path
+
+    def send(self, files: RunFiles, servers):
+        """Copy the file to ``servers`` (names) that do not share this disk."""
+        if self.directory is not None:
+            self.copies = files.send_inputs(self.directory, servers)
 
     def there(self, server: str | None) -> str:
         """The file's path for an agent on ``server`` ("" when there is none)."""

@@ -198,6 +198,7 @@ class Run:
             self.echo(f"  link loss {net.loss}% per direction by nftables (no netem here)")
         if net.host_cpu:
             self.echo(f"  every host limited to {net.host_cpu:g} cores of CPU time per second")
+        self.sums.write(self.trace, cfg.workload, self.echo)  # before any node: it may refuse
         self._start_starter(topo)
         self.testbed = Testbed(topo, net.target, self.writer.log_dir, self.record, nft_loss,
                                log_packets=cfg.output.switch_log, words=net.payload_words,
@@ -295,7 +296,7 @@ class Run:
         where = {w.host: getattr(self.testbed.host(w.host), "server_key", None)
                  for job in self.jobs for w in job.workers}  # the trace set there
         traces = self.files.send_inputs(self.trace_path, set(where.values()), self.echo)
-        self.sums.write(self.trace, cfg.workload, self.files, set(where.values()), self.echo)
+        self.sums.send(self.files, set(where.values()))
         configured = []
         for job in self.jobs:
             senders = self._senders(job)
