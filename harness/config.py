@@ -20,6 +20,7 @@ from ..hosts.compression import COMPRESSORS, QUANTIZERS
 from ..hosts.lanes import BIT_WIDTHS, LaneError, LaneFormat
 from ..hosts.traces import TraceError, find_trace, TraceSet
 from ..topologies import TopologyError, TopoSpec, parse_topo
+from ..topologies.base import MAX_BW, MIN_BW
 from ..p4.constants import MAX_JOBS, POOL_SLOTS
 from ..p4.header import PAYLOAD_WORDS
 from ..plugins import PluginError
@@ -29,8 +30,6 @@ from .switches.targets import TARGETS, bmv2_missing, toolchain
 
 
 ALLOCATIONS = ("static", "shared")
-#: the fastest link Mininet's TCLink shapes (Mbit/s); it ignores a faster --bw
-MAX_BW = 1000
 #: a link delay as tc's netem takes it (Mininet writes it into a shell command)
 DELAY = re.compile(r"\d+(\.\d+)?(us|ms|s)")
 #: the shortest time between two slot reads (s): below it the sampler only spins
@@ -144,8 +143,8 @@ class RunConfig(Settings):
                               f"{POOL_SLOTS} slots")
         if net.loss is not None and not 0 <= net.loss < 100:
             raise ConfigError(f"--loss {net.loss}: a percentage in [0, 100)")
-        if net.bw is not None and not 0 < net.bw <= MAX_BW:
-            raise ConfigError(f"--bw {net.bw}: link bandwidth in Mbit/s, above 0 and at most "
+        if net.bw is not None and not MIN_BW <= net.bw <= MAX_BW:
+            raise ConfigError(f"--bw {net.bw}: link bandwidth in Mbit/s, from {MIN_BW} to "
                               f"{MAX_BW} (what Mininet's links shape; leave --bw out for "
                               "unshaped links)")
         if net.delay is not None and not DELAY.fullmatch(str(net.delay)):

@@ -276,6 +276,24 @@ def test_a_switch_that_dies_is_named_with_its_log_and_nothing_is_left(tmp_path, 
     assert not Path("/sys/class/net/s1-eth1").exists()
 
 
+def test_a_link_tc_would_not_shape_fails_the_run_and_nothing_is_left(tmp_path, monkeypatch):
+    """Mininet only logs a tc command the kernel refuses and leaves the link unshaped:
+    a run on it would call its unshaped links network-bound. Below the smallest rate
+    (whose htb class tc refuses), the run fails with what tc said."""
+    from qaina_bench.harness import config
+    from qaina_bench.harness.running.network import LinkError
+    monkeypatch.setattr(config, "MIN_BW", 0)
+    cfg = RunConfig.flat(results_dir=str(tmp_path), topo="star", jobs=1, workers=2,
+                         iterations=1, bw=1e-7, run_id="unshaped")
+    run = Run(cfg, echo=lambda *a, **k: None)
+    with pytest.raises(LinkError, match="shaping the links failed: tc said .*rate.* is requ"):
+        run.execute()
+    summary = json.loads((tmp_path / "unshaped" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["errors"]
+    assert record_of("unshaped") is None
+    assert not Path("/sys/class/net/s1-eth1").exists()
+
+
 def test_clean_removes_exactly_what_a_crashed_run_recorded(tmp_path):
     ours = subprocess.Popen(["sleep", "300"])
     theirs = subprocess.Popen(["sleep", "300"])

@@ -9,6 +9,10 @@ from mininet.topo import Topo
 
 from .params import Param
 
+#: link rates Mininet's tc shapes, Mbit/s (it writes them with 6 decimals; below 1 kbit/s
+#: its htb class is refused and the link left unshaped)
+MIN_BW, MAX_BW = 0.001, 1000
+
 
 @dataclass(frozen=True)
 class LinkParams:

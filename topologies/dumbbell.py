@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .base import LinkParams, QainaTopo
+from .base import MAX_BW, MIN_BW, LinkParams, QainaTopo
 from .params import Param
 
 
@@ -14,7 +14,7 @@ class DumbbellTopo(QainaTopo):
     ``bottleneck`` may make narrower than the others (``--topo dumbbell,bottleneck=10``)."""
 
     params = (Param("bottleneck", float, None, "Mbit/s of the s1-s2 link (default: "
-                    "--bw, like every other link)", low=0.001, high=1000),)
+                    "--bw, like every other link)", low=MIN_BW, high=MAX_BW),)
 
     def build(self, hosts: int = 4, link: LinkParams = LinkParams(),
               bottleneck: float | None = None, **_):

@@ -105,17 +105,38 @@ class QainaSwitch(Switch):
             self.target.terminate()
 
 
+class LinkError(OSError):
+    """A link the kernel did not shape as the run asked (tc refused a command)."""
+
+
 class MininetLog:
     """Mininet's own messages go to ``path`` while a testbed is up, not to the terminal
-    (tc's warnings at high link rates would break a run's progress lines)."""
+    (tc's warnings at high link rates would break a run's progress lines); its error
+    messages are kept in ``errors``."""
 
     def __init__(self, path: Path):
         self.handler = logging.FileHandler(path)
         self.handler.setFormatter(logging.Formatter("%(message)s"))
+        self.errors: list[str] = []
+        self.collector = logging.Handler(logging.ERROR)
+        self.collector.emit = lambda record: self.errors.append(record.getMessage().strip())
         self.quieted = [(h, h.level) for h in lg.handlers]
         for h, _ in self.quieted:
             h.setLevel(logging.CRITICAL)
         lg.addHandler(self.handler)
+        lg.addHandler(self.collector)
+
+    def tc_failures(self) -> list[str]:
+        """What tc said when it refused a command that shapes a link (its warnings,
+        e.g. htb's quantum at high rates, are not failures)."""
+        out = []
+        for message in self.errors:
+            said = message.removeprefix("*** Error:").strip()
+            if message.startswith("*** Error:") and said and not said.startswith("Warning"):
+                out.append(said)
+            elif "is outside supported range" in message:
+                out.append(message)
+        return out
 
     @contextmanager
     def terminal(self):
@@ -131,6 +152,7 @@ class MininetLog:
 
     def close(self):
         lg.removeHandler(self.handler)
+        lg.removeHandler(self.collector)
         self.handler.close()
         for h, level in self.quieted:
             h.setLevel(level)
@@ -196,6 +218,10 @@ class Testbed(ClusterParts):
                                f"failed: {why}") from exc
         self.device_ids = {sw.name: sw.device_id for sw in self.net.switches}
         self._record_nodes()
+        failed = self.mininet_log.tc_failures()
+        if failed:  # Mininet logs it and leaves the link unshaped: the run would mislead
+            raise LinkError(f"shaping the links failed: tc said {failed[0]!r} "
+                            f"({len(failed)} refused command(s); {self.log_dir}/mininet.log)")
         if self.cluster is not None:  # where every node ran, next to the logs
             (self.log_dir / "placement.json").write_text(json.dumps(self.placement(), indent=1))
         self.net.start()
