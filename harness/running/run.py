@@ -492,7 +492,8 @@ class Run:
         """Show progress until the agents are done; the sampler measures meanwhile."""
         cfg = self.cfg
         t0 = time.time()
-        total = cfg.workload.iterations * len(self.agents)
+        jobs = sorted({a.job for a in self.agents})
+        total = cfg.workload.iterations * len(jobs)  # a job's iteration: all its workers'
         shown = ""
         try:
             while True:
@@ -504,7 +505,8 @@ class Run:
                     raise RunError(self.sampler.error)
                 if self.admission is not None:
                     self._admit_and_release()
-                done = sum(a.iterations_done() for a in self.agents)
+                done = sum(min(a.iterations_done() for a in self.agents if a.job == j)
+                           for j in jobs)
                 line = f"  iterations {done}/{total}  ({time.time() - t0:5.1f} s)"
                 if self.admission is not None and self.admission.waiting:
                     line += f", {self.admission.waiting} job(s) not admitted yet"
