@@ -175,7 +175,7 @@ class TraceSet:
     def _finite_sum(self, iteration: int, workers: int) -> np.ndarray:
         """The exact aggregate of workers ``0 .. workers-1`` as float32; TraceError if a
         gradient holds inf or nan, or the aggregate is beyond float32 (no job can
-        deliver it: its agents would report it as a gradient they cannot scale)."""
+        deliver it, and its error would be inf or nan)."""
         total = np.zeros(self.elements, dtype=np.float64)
         for k in range(workers):
             grad = self.gradient(k, iteration)

@@ -9,8 +9,8 @@ from mininet.topo import Topo
 
 from .params import Param
 
-#: link rates Mininet's tc shapes, Mbit/s (it writes them with 6 decimals; below 1 kbit/s
-#: its htb class is refused and the link left unshaped)
+#: link rates the testbed shapes, Mbit/s (Mininet writes a rate with 6 decimals: a far
+#: smaller one becomes 0, which tc refuses; 1000 is the most Mininet's TCLink takes)
 MIN_BW, MAX_BW = 0.001, 1000
 
 
