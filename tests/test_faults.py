@@ -281,7 +281,7 @@ def test_a_link_tc_would_not_shape_fails_the_run_and_nothing_is_left(tmp_path, m
     a run on it would call its unshaped links network-bound. Below the smallest rate
     (whose htb class tc refuses), the run fails with what tc said."""
     from qaina_bench.harness import config
-    from qaina_bench.harness.running.network import LinkError
+    from qaina_bench.harness.running.mininetlog import LinkError
     monkeypatch.setattr(config, "MIN_BW", 0)
     cfg = RunConfig.flat(results_dir=str(tmp_path), topo="star", jobs=1, workers=2,
                          iterations=1, bw=1e-7, run_id="unshaped")

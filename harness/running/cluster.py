@@ -22,10 +22,12 @@ run record.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+import tty
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -214,6 +216,12 @@ class ClusterNode(RemoteMixin):
                 cmd = ["sudo", "-E"] + cmd
             cmd = ssh + cmd
             params.setdefault("start_new_session", True)
+            stdin = params.get("stdin")
+            if tt and isinstance(stdin, int) and os.isatty(stdin):
+                # the node's shell pty, raw as ssh -tt makes it, before ssh does: a
+                # command written before then is not echoed into its output (Mininet
+                # read "echo $$\r\n817" as the shell's PID)
+                tty.setraw(stdin)
         return Node._popen(self, cmd, **params)
 
     def rcmd(self, *cmd, **opts) -> str:

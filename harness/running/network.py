@@ -11,19 +11,16 @@ With ``host_cpu``, every host is CPU-limited (``harness/running/cpulimit.py``).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 import subprocess
 import threading
 from collections import deque
-from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from mininet.link import TCLink
-from mininet.log import lg
 from mininet.net import Mininet
 from mininet.node import Host, Switch
 
@@ -33,6 +30,7 @@ from ..switches.control import SwitchConnection
 from .clusternet import ClusterParts
 from .cpulimit import LimitedHost, cgroup_dirs, process_cgroups
 from .linkloss import apply_loss, remove_table
+from .mininetlog import LinkError, MininetLog
 from ..switches.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, free_copies,
                    guard_entries, ip_to_int, mac_to_int, program_aggregator, program_job,
                    release_job, result_entry, source_entry)
@@ -103,59 +101,6 @@ class QainaSwitch(Switch):
         it (a testbed's switches wind down at once, not one after another)."""
         if self.target is not None:
             self.target.terminate()
-
-
-class LinkError(OSError):
-    """A link the kernel did not shape as the run asked (tc refused a command)."""
-
-
-class MininetLog:
-    """Mininet's own messages go to ``path`` while a testbed is up, not to the terminal
-    (tc's warnings at high link rates would break a run's progress lines); its error
-    messages are kept in ``errors``."""
-
-    def __init__(self, path: Path):
-        self.handler = logging.FileHandler(path)
-        self.handler.setFormatter(logging.Formatter("%(message)s"))
-        self.errors: list[str] = []
-        self.collector = logging.Handler(logging.ERROR)
-        self.collector.emit = lambda record: self.errors.append(record.getMessage().strip())
-        self.quieted = [(h, h.level) for h in lg.handlers]
-        for h, _ in self.quieted:
-            h.setLevel(logging.CRITICAL)
-        lg.addHandler(self.handler)
-        lg.addHandler(self.collector)
-
-    def tc_failures(self) -> list[str]:
-        """What tc said when it refused a command that shapes a link (its warnings,
-        e.g. htb's quantum at high rates, are not failures)."""
-        out = []
-        for message in self.errors:
-            said = message.removeprefix("*** Error:").strip()
-            if message.startswith("*** Error:") and said and not said.startswith("Warning"):
-                out.append(said)
-            elif "is outside supported range" in message:
-                out.append(message)
-        return out
-
-    @contextmanager
-    def terminal(self):
-        """Mininet's messages reach the terminal too in the block (its CLI prints
-        through them)."""
-        for h, level in self.quieted:
-            h.setLevel(level)
-        try:
-            yield
-        finally:
-            for h, _ in self.quieted:
-                h.setLevel(logging.CRITICAL)
-
-    def close(self):
-        lg.removeHandler(self.handler)
-        lg.removeHandler(self.collector)
-        self.handler.close()
-        for h, level in self.quieted:
-            h.setLevel(level)
 
 
 #: characters of ``arp -s`` commands per shell line (well inside a terminal's 4 KiB)

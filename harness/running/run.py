@@ -490,10 +490,9 @@ class Run:
 
     def _monitor(self):
         """Show progress until the agents are done; the sampler measures meanwhile."""
-        cfg = self.cfg
         t0 = time.time()
         jobs = sorted({a.job for a in self.agents})
-        total = cfg.workload.iterations * len(jobs)  # a job's iteration: all its workers'
+        total = self.cfg.workload.iterations * len(jobs)  # a job's: all its workers'
         shown = ""
         try:
             while True:
@@ -515,9 +514,9 @@ class Run:
                     shown = line
                 if ended:
                     break
-                if time.time() - t0 > cfg.output.timeout:
+                if time.time() - t0 > self.cfg.output.timeout:
                     self.status = "timeout"
-                    self.echo(f"\nrun exceeded --timeout {cfg.output.timeout:.0f} s")
+                    self.echo(f"\nrun exceeded --timeout {self.cfg.output.timeout:.0f} s")
                     break
                 # Jobs waiting to arrive or for slots are admitted within 10 ms.
                 time.sleep(0.01 if self.admission is not None and self.admission.waiting
