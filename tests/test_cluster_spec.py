@@ -45,3 +45,17 @@ def test_a_cluster_path_that_is_a_directory_is_said_to_be_one(tmp_path):
         Cluster.parse(str(tmp_path))
     assert Cluster.parse("fe80::1,localhost,node-2.lab").names() == \
         ["fe80::1", "localhost", "node-2.lab"]
+
+
+@pytest.mark.parametrize("answer, pid", [("817\r\n", 817), ("echo $$\r\n817\r\r\n", 817)])
+def test_a_remote_shell_pid_is_read_past_an_echo_of_the_command(answer, pid):
+    """Mininet took ``int()`` of the whole answer to ``echo $$``; a pty that was not raw
+    yet sent the command back first (it failed a cluster run's build once)."""
+    from types import SimpleNamespace
+    from qaina_bench.harness.running.cluster import ClusterError, ClusterNode
+    node = SimpleNamespace(waitOutput=lambda: answer, name="h2", server="qb-b", pid=None)
+    ClusterNode.finishInit(node)
+    assert node.pid == pid
+    with pytest.raises(ClusterError, match="h2 on qb-b: no shell PID"):
+        ClusterNode.finishInit(SimpleNamespace(waitOutput=lambda: "echo $$\r\n", name="h2",
+                                               server="qb-b"))

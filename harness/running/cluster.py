@@ -22,12 +22,10 @@ run record.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
 import sys
-import tty
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -216,13 +214,16 @@ class ClusterNode(RemoteMixin):
                 cmd = ["sudo", "-E"] + cmd
             cmd = ssh + cmd
             params.setdefault("start_new_session", True)
-            stdin = params.get("stdin")
-            if tt and isinstance(stdin, int) and os.isatty(stdin):
-                # the node's shell pty, raw as ssh -tt makes it, before ssh does: a
-                # command written before then is not echoed into its output (Mininet
-                # read "echo $$\r\n817" as the shell's PID)
-                tty.setraw(stdin)
         return Node._popen(self, cmd, **params)
+
+    def finishInit(self):
+        """The shell's PID: the last line of the answer to ``echo $$`` that is a number
+        (a pty that echoed the command before ssh made it raw sent it back first)."""
+        answer = self.waitOutput()
+        numbers = re.findall(r"^\s*(\d+)\s*$", answer, re.M)
+        if not numbers:
+            raise ClusterError(f"{self.name} on {self.server}: no shell PID in {answer!r}")
+        self.pid = int(numbers[-1])
 
     def rcmd(self, *cmd, **opts) -> str:
         """A command on this node's server, outside its namespace; its output as text."""
