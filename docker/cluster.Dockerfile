@@ -16,7 +16,7 @@ RUN apt-get -o DPkg::Lock::Timeout=600 update \
       apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends \
         libgrpc++1.51 libprotobuf32 libthrift-0.17.0 libboost-program-options1.74.0 \
         libnanomsg5 libpcap0.8 libgmp10 libjsoncpp25 libxxhash0 python3-thrift python3-six \
-        gcc libboost-iostreams1.74.0; \
+        gcc libboost-iostreams1.74.0 libgc1; \
     fi \
  && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \
  && printf '%s\n' 'PermitRootLogin prohibit-password' 'PermitTunnel yes' 'UseDNS no' \
