@@ -17,6 +17,7 @@ from .results.tables import columns_help, print_summary
 from .plugincli import QUANTIZERS, plugins
 from .options import IntList, Positive, SectionedCommand, config_from, tree_options
 from .running.mncli import DEFAULT as CLI_DEFAULT, WHEN as CLI_WHEN
+from ..hosts.traces import MAX_WORKERS as MAX_TRACE_WORKERS
 
 DEFAULTS = RunConfig()
 TRAINING = DEFAULTS.training  # the one default of every training option
@@ -309,8 +310,8 @@ def traces_show(name, dirs):
               "which `up` searches)")
 @click.option("--model", type=click.Choice(["mlp", "cnn", "resnet"]), default=TRAINING.model,
               show_default=True, help="cnn and resnet need PyTorch (its CPU build)")
-@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
-              help="workers recorded (a run may use up to as many)")
+@click.option("--workers", type=click.IntRange(1, MAX_TRACE_WORKERS), default=8,
+              show_default=True, help="workers recorded (a run may use up to as many)")
 @click.option("--iterations", type=click.IntRange(1), default=DEFAULTS.workload.iterations,
               show_default=True)
 @click.option("--seed", type=int, default=DEFAULTS.workload.seed, show_default=True)

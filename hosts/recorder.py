@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from .models import MODELS, NumpyMLP, check_shape, TorchModel, TorchResNet
-from .traces import (DTYPES, TraceError, TraceSet, check_set_name, default_record_dir,
-                     write_trace)
+from .traces import (DTYPES, MAX_WORKERS, TraceError, TraceSet, check_set_name,
+                     default_record_dir, write_trace)
 from .training import DIGITS, DataParallelJob
 from ..settings import Training
 
@@ -43,10 +43,6 @@ def describe(recipe: dict) -> str:
     """``record``'s options of a recipe as `traces record` takes them."""
     return ", ".join(f"{k} {','.join(map(str, v)) if isinstance(v, tuple) else v}"
                      for k, v in recipe.items())
-
-
-#: the most workers a recorded set has (as ``traces record --workers`` takes)
-MAX_WORKERS = 256
 
 
 def check_options(model="mlp", workers=8, iterations=12, seed=0, batch_size=1,

@@ -52,6 +52,8 @@ import numpy as np
 FORMAT = "qaina-trace"
 FORMAT_VERSION = 2  # 2 adds "dtype" (float32 or float16); version 1 is float32
 DTYPES = ("float32", "float16")
+#: the most workers a recorded set has (``traces record --workers``, a sweep's recipes)
+MAX_WORKERS = 256
 MANIFEST = "manifest.json"
 #: the largest manifest read (one of a 10,000-layer model is about 1 MB)
 MAX_MANIFEST = 16 << 20
@@ -143,12 +145,25 @@ class TraceSet:
         workers = range(self.workers) if workers is None else workers
         return np.stack([self.gradient(k, iteration) for k in workers])
 
-    def exact_sum(self, iteration: int, workers=None, dtype=np.float64) -> np.ndarray:
-        """The exact aggregate of an iteration: sum over ``workers`` (all if None)."""
+    def exact_sum(self, iteration: int, workers=None, dtype=np.float64,
+                  checked: bool = False) -> np.ndarray:
+        """The exact aggregate of an iteration: sum over ``workers`` (all if None).
+        ``checked``: TraceError if a gradient holds inf or nan, or the aggregate is
+        beyond float32 (no job can deliver it, and its error would be inf or nan)."""
         workers = range(self.workers) if workers is None else workers
         total = np.zeros(self.elements, dtype=np.float64)
         for k in workers:
-            total += self.gradient(k, iteration)
+            grad = self.gradient(k, iteration)
+            if checked and not np.isfinite(grad).all():
+                raise TraceError(f"trace set {self.name}: worker {k}'s gradient at iteration "
+                                 f"{iteration} holds inf or nan: replay finite gradients")
+            total += grad
+        if checked:
+            peak = float(np.abs(total).max(initial=0.0))
+            if peak > float(np.finfo(np.float32).max):
+                raise TraceError(f"trace set {self.name}: the sum of {len(workers)} workers "
+                                 f"at iteration {iteration} reaches {peak:.3g}, beyond "
+                                 "float32 (3.4e38): no aggregate of it can be delivered")
         return total.astype(dtype, copy=False)
 
     def write_exact_sums(self, path, workers: int, iterations: int) -> Path:
@@ -162,7 +177,7 @@ class TraceSet:
                                          shape=(iterations, self.elements))
         try:
             for i in range(iterations):
-                sums[i] = self._finite_sum(i, workers)
+                sums[i] = self.exact_sum(i, range(workers), np.float32, checked=True)
             sums.flush()
         except BaseException:
             del sums
@@ -171,24 +186,6 @@ class TraceSet:
         del sums
         partial.rename(path)
         return path
-
-    def _finite_sum(self, iteration: int, workers: int) -> np.ndarray:
-        """The exact aggregate of workers ``0 .. workers-1`` as float32; TraceError if a
-        gradient holds inf or nan, or the aggregate is beyond float32 (no job can
-        deliver it, and its error would be inf or nan)."""
-        total = np.zeros(self.elements, dtype=np.float64)
-        for k in range(workers):
-            grad = self.gradient(k, iteration)
-            if not np.isfinite(grad).all():
-                raise TraceError(f"trace set {self.name}: worker {k}'s gradient at iteration "
-                                 f"{iteration} holds inf or nan: replay finite gradients")
-            total += grad
-        peak = float(np.abs(total).max(initial=0.0))
-        if peak > float(np.finfo(np.float32).max):
-            raise TraceError(f"trace set {self.name}: the sum of {workers} workers at "
-                             f"iteration {iteration} reaches {peak:.3g}, beyond float32 "
-                             "(3.4e38): no aggregate of it can be delivered")
-        return total.astype(np.float32)
 
     def layer_views(self, grad: np.ndarray) -> dict[str, np.ndarray]:
         """Per layer name, a view of a flattened gradient in that layer's shape."""
