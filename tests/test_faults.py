@@ -400,6 +400,43 @@ def test_a_benchmark_killed_outright_is_cleaned_up_from_its_record(tmp_path):
     assert not list((tmp_path / "records").glob("bench-*.json"))
 
 
+@pytest.mark.parametrize("args", [["switch", "--bits", "4", "--rate", "1000", "--seconds", "600"],
+                                  ["control", "--repeat", "1000000000"]],
+                         ids=["switch", "control"])
+def test_a_benchmark_stopped_by_sigterm_removes_what_it_started(tmp_path, args):
+    """SIGTERM stops `bench switch` and `bench control` as Ctrl-C does: exit 130, and
+    their switch, veth pairs, temporary directory and records are gone, no `clean`."""
+    env = dict(os.environ, QAINA_RECORD_DIR=str(tmp_path / "records"))
+    bench = subprocess.Popen([sys.executable, "-m", "qaina_bench.harness.cli", "bench", *args],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             cwd=tmp_path)
+    seen = {}
+
+    def started():  # the switch is running (its PID recorded) with its veth pairs
+        for path in (tmp_path / "records").glob("bench-*.json"):
+            try:
+                seen[path.name] = json.loads(path.read_text())
+            except ValueError:  # being written
+                continue
+        return any(d["processes"] and d["interfaces"] for d in seen.values())
+
+    try:
+        wait_for(started, what="the benchmark's switch")
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=120)
+    finally:
+        bench.kill()
+        bench.wait()
+    assert bench.returncode == 130, err.decode()
+    assert "interrupted" in err.decode() and "Traceback" not in err.decode(), err.decode()
+    assert not list((tmp_path / "records").glob("*.json"))
+    for data in seen.values():
+        assert not leftovers(data)
+        assert not any(Path(f"/sys/class/net/{i}").exists() for i in data["interfaces"])
+    temps = [d for data in seen.values() for d in data.get("temp_directories", [])]
+    assert not any(Path(d).exists() for d in temps)
+
+
 def test_a_testbed_benchmark_killed_outright_leaves_no_temporary_directory(tmp_path):
     """`bench testbed` keeps its runs in a temporary directory listed in a record of
     its own: after kill -9, `qaina-bench clean` removes it with the run's network."""

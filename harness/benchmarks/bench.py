@@ -25,6 +25,7 @@ import ast
 import contextlib
 import os
 import re
+import signal
 import socket
 import struct
 import sys
@@ -44,6 +45,7 @@ from ...p4.header import PAYLOAD_WORDS, QAINA_WORDS
 from ..switches.control import SwitchConnection
 from ..switches.jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_int, program_aggregator,
                    program_guard, program_job, program_route)
+from ..running.processes import _terminate
 from ..running.record import RunRecord
 from ..switches.targets import make_target
 from .testbedbench import (COST_MODES, COST_WORKERS, CSV_TABLES, TESTBED_TABLES,
@@ -92,18 +94,23 @@ class VethPorts:
     def __init__(self, n: int, record: RunRecord):
         self.prefix = f"qb{os.getpid() % 10000}x"
         self.names = []
-        for i in range(1, n + 1):
-            sw, host = f"{self.prefix}{i}s", f"{self.prefix}{i}h"
-            record.add_interface(sw)
-            record.add_interface(host)
-            record.save()
-            subprocess.run(["ip", "link", "add", sw, "type", "veth", "peer", "name", host],
-                           check=True)
-            self.names.append((sw, host))
-            for ifname in (sw, host):
-                subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"],
-                               capture_output=True)
-                subprocess.run(["ip", "link", "set", ifname, "up"], check=True)
+        try:
+            for i in range(1, n + 1):
+                sw, host = f"{self.prefix}{i}s", f"{self.prefix}{i}h"
+                record.add_interface(sw)
+                record.add_interface(host)
+                record.save()
+                self.names.append((sw, host))  # before it exists: an interrupt removes it
+                subprocess.run(["ip", "link", "add", sw, "type", "veth", "peer", "name",
+                                host], check=True)
+                for ifname in (sw, host):
+                    subprocess.run(["sysctl", "-qw",
+                                    f"net.ipv6.conf.{ifname}.disable_ipv6=1"],
+                                   capture_output=True)
+                    subprocess.run(["ip", "link", "set", ifname, "up"], check=True)
+        except BaseException:
+            self.remove()
+            raise
 
     def remove(self):
         for sw, _ in self.names:
@@ -135,17 +142,19 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
     # What the benchmark starts is recorded like a run's: `clean` (or the next `up`)
     # removes it if the benchmark is killed outright.
     record = RunRecord(f"bench-{os.getpid()}-{time.monotonic_ns() % 10**9}")
-    veths = VethPorts(WORKERS, record)
-    extra = {"thrift_port": _free_port()} if kind == "bmv2" else {}
-    target = make_target(kind, "bench", {i + 1: sw for i, (sw, _) in enumerate(veths.names)},
-                         _free_port(), 1, workdir / f"{kind}-b{bits}-w{words}-{rate:.0f}.log",
-                         cpu=0, words=words, **extra)
-    if kind == "bmv2":
-        record.add_nft_table(target.guard.family, target.guard.table)
-        record.save()
-    conn = None
+    veths = target = conn = None
     socks = []
     try:
+        veths = VethPorts(WORKERS, record)
+        extra = {"thrift_port": _free_port()} if kind == "bmv2" else {}
+        target = make_target(kind, "bench", {i + 1: sw for i, (sw, _) in
+                                             enumerate(veths.names)},
+                             _free_port(), 1,
+                             workdir / f"{kind}-b{bits}-w{words}-{rate:.0f}.log",
+                             cpu=0, words=words, **extra)
+        if kind == "bmv2":
+            record.add_nft_table(target.guard.family, target.guard.table)
+            record.save()
         target.start()
         record.add_process(target.pid, "benchmark switch")
         conn = SwitchConnection("bench", target.grpc_addr, 1, p4info=program.p4info(words))
@@ -185,8 +194,10 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
             s.close()
         if conn is not None:
             conn.close()
-        target.stop()
-        veths.remove()
+        if target is not None:
+            target.stop()
+        if veths is not None:
+            veths.remove()
         record.close()
     out.update(_switch_stats(target.log_path))
     return out
@@ -235,8 +246,8 @@ def _switch_stats(log_path: Path) -> dict:
     return totals
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m qaina_bench.harness.benchmarks.bench")
+def main(argv=None, prog="python -m qaina_bench.harness.benchmarks.bench") -> int:
+    ap = argparse.ArgumentParser(prog=prog)
     sub = ap.add_subparsers(dest="what", required=True)
     sw = sub.add_parser("switch", help="aggregation packets/s through one switch")
     sw.add_argument("--target", action="append", choices=["embedded", "bmv2"],
@@ -282,6 +293,8 @@ def main(argv=None) -> int:
     if os.geteuid() != 0:
         ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
     from ...settings import ConfigError
+    # SIGTERM stops a benchmark like Ctrl-C: what it started is torn down
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return _run(ap, args)
     except ConfigError as exc:  # a run the options describe is not possible
@@ -291,6 +304,8 @@ def main(argv=None) -> int:
         print("\ninterrupted: the benchmark stopped (what it had started is removed; "
               "no table or CSV written)", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run(ap, args) -> int:

@@ -14,6 +14,7 @@ from ..options import Positive
 from ..plugincli import RegistryChoice
 
 POSITIVE = Positive()  # rates, durations, Mbit/s
+PROG = "qaina-bench bench"  # what the benchmarks' own errors call the command
 
 
 @click.group()
@@ -52,7 +53,7 @@ def bench_switch(targets, bits, rate, seconds, repeat, words, csv_path):
         args += ["--payload-words", x]
     if csv_path:
         args += ["--csv", csv_path]
-    sys.exit(b.main(args))
+    sys.exit(b.main(args, prog=PROG))
 
 
 @bench.command("testbed")
@@ -108,11 +109,12 @@ def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace, csv_pat
     args += ["--headline-trace", headline_trace, "--variants-trace", variants_trace]
     for n in slots:
         args += ["--slots", str(n)]
-    sys.exit(b.main(args))
+    sys.exit(b.main(args, prog=PROG))
 
 
 @bench.command("control")
-@click.option("--repeat", type=int, default=10, show_default=True, help="reads of each kind")
+@click.option("--repeat", type=click.IntRange(1), default=10, show_default=True,
+              help="reads of each kind")
 @click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
               default=str(QAINA_WORDS), show_default=True,
               help="the qaina.p4 build (its agg_sum has 2048 x words cells)")
@@ -120,7 +122,7 @@ def bench_control(repeat, words):
     """P4Runtime reads of an embedded switch: one Read of every entity (the whole
     agg_sum included) and the sampler's slot-counter Read, mean and range (root)."""
     from . import bench as b
-    sys.exit(b.main(["control", "--repeat", str(repeat), "--payload-words", words]))
+    sys.exit(b.main(["control", "--repeat", str(repeat), "--payload-words", words], prog=PROG))
 
 
 @bench.command("scale")

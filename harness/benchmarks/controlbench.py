@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import socket
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from ...p4 import program
 from ...p4.constants import POOL_SLOTS
 from ...p4.header import QAINA_WORDS
 from ...p4.proto import PROTOBUF_VERSION, implementation, p4runtime_pb2
-from .bench import AGG_IP, WORKERS, VethPorts, _frames, _free_port
+from .bench import AGG_IP, WORKERS, VethPorts, _frames, _free_port, recorded_workdir
 from ..switches.control import SwitchConnection
 from ..switches.jobs import Job, Worker, program_aggregator, program_job, program_route
 from ..running.record import RunRecord
@@ -60,12 +59,12 @@ class ControlLab:
     def __init__(self, workdir: Path, words: int = QAINA_WORDS):
         # recorded like a run: `clean` removes what a killed benchmark left
         self.record = RunRecord(f"bench-{os.getpid()}-{time.monotonic_ns() % 10**9}")
-        self.veths = VethPorts(WORKERS, self.record)
-        self.target = make_target("embedded", "bench", {i + 1: sw for i, (sw, _) in
-                                                         enumerate(self.veths.names)},
-                                  _free_port(), 1, workdir / "control.log", words=words)
-        self.conn = None
+        self.veths = self.target = self.conn = None
         try:
+            self.veths = VethPorts(WORKERS, self.record)
+            self.target = make_target("embedded", "bench", {i + 1: sw for i, (sw, _) in
+                                                             enumerate(self.veths.names)},
+                                      _free_port(), 1, workdir / "control.log", words=words)
             self.target.start()
             self.record.add_process(self.target.pid, "benchmark switch")
             self.conn = SwitchConnection("bench", self.target.grpc_addr, 1,
@@ -81,7 +80,7 @@ class ControlLab:
             for w in self.job.workers:
                 program_route(self.conn, w.ip, 32, w.port)
             self.applied = self._fill(words)
-        except Exception:
+        except BaseException:  # Ctrl-C or SIGTERM too: nothing is left
             self.close()
             raise
 
@@ -113,8 +112,10 @@ class ControlLab:
     def close(self):
         if self.conn is not None:
             self.conn.close()
-        self.target.stop()
-        self.veths.remove()
+        if self.target is not None:
+            self.target.stop()
+        if self.veths is not None:
+            self.veths.remove()
         self.record.close()
 
 
@@ -130,8 +131,8 @@ def _timed(fn, repeat: int) -> list[float]:
 
 def control_table(repeat: int = 10, words: int = QAINA_WORDS) -> int:
     """Print the mean and range of both reads over ``repeat`` runs each."""
-    with tempfile.TemporaryDirectory(prefix="qaina-bench-") as tmp:
-        lab = ControlLab(Path(tmp), words)
+    with recorded_workdir() as tmp:
+        lab = ControlLab(tmp, words)
         try:
             entities, size = read_everything(lab.conn)
             print(f"control plane: embedded switch, {words}-word qaina.p4, protobuf "
