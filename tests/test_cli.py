@@ -323,6 +323,28 @@ def test_eval_compression_prints_a_row_per_scheme_and_writes_them_as_csv(tmp_pat
         assert float(r["accuracy_min"]) <= float(r["accuracy"]) <= float(r["accuracy_max"])
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a device node (root)")
+def test_a_csv_output_never_replaces_a_device_and_writes_through_a_link(tmp_path):
+    """--csv naming a device is one line and leaves the device (as root, a rename over
+    /dev/full would have destroyed it); a link to a file keeps the link."""
+    from qaina_bench.harness.results.resultset import write_whole
+    dev = tmp_path / "full"
+    os.mknod(dev, 0o600 | __import__("stat").S_IFCHR, os.makedev(1, 7))
+    for args in (["eval", "compression", "--bits", "4", "--csv", str(dev)],
+                 ["bench", "switch", "--seconds", "0.1", "--csv", str(dev)],
+                 ["bench", "scale", "--csv", str(dev)]):
+        r = subprocess.run([sys.executable, "-m", "qaina_bench.harness.cli", *args],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and "not a regular file" in r.stderr, args
+        assert "Traceback" not in r.stderr, r.stderr
+        assert dev.is_char_device()
+    target, link = tmp_path / "t.csv", tmp_path / "l.csv"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    write_whole(link, "new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+
+
 def test_eval_compression_keeps_an_existing_csv_when_it_is_interrupted(tmp_path):
     """The CSV is written once the table is complete: a Ctrl-C while it computes leaves
     the file that was there, and a path that cannot be written fails before any

@@ -327,10 +327,13 @@ def _run(ap, args) -> int:
 
 
 def _open_csv(ap, path):
+    from ..results.resultset import writable
     try:
+        if path:
+            writable(path)  # a device or pipe is refused, not opened
         return open(path, "w", newline="") if path else None
     except OSError as exc:
-        ap.error(f"--csv {path}: {exc.strerror or exc}")
+        ap.error(f"--csv {path}: {exc.strerror}" if exc.strerror else f"--csv {exc}")
 
 
 @contextlib.contextmanager

@@ -147,9 +147,11 @@ def bench_scale(sizes, clusters, iterations, bw, results_dir, repeat, csv_path):
     from .scalebench import scale, write_csv
     if csv_path:
         try:
-            Path(csv_path).open("a").close()
+            from ..results.resultset import writable
+            writable(csv_path)  # a device or pipe is refused, not opened
         except OSError as exc:
-            raise click.BadParameter(f"{csv_path}: {exc.strerror or exc}", param_hint="--csv")
+            raise click.BadParameter(f"{csv_path}: {exc.strerror}" if exc.strerror
+                                     else str(exc), param_hint="--csv")
     try:
         rows = scale(sizes, [None, *clusters], iterations, bw, Path(results_dir),
                      echo=click.echo, repeat=repeat)

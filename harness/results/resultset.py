@@ -112,6 +112,8 @@ def writable(path: Path):
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(21, "is a directory", str(path))
+    if path.exists() and not path.is_file():  # a device or pipe is never replaced
+        raise OSError(f"{path}: not a regular file (a device or pipe): name a file")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise FileNotFoundError(2, "no such directory", str(folder))
@@ -124,7 +126,9 @@ def write_whole(path: Path, text: str):
     """``text`` as ``path``'s whole content, replacing what was there only once all of
     it is written (an error or a Ctrl-C leaves the old file as it was)."""
     import tempfile
-    path = Path(path)
+    path = Path(os.path.realpath(path))  # a link's target is replaced, not the link
+    if path.exists() and not path.is_file():
+        raise OSError(f"{path}: not a regular file (a device or pipe): name a file")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent)
                                else ".")
     try:
