@@ -58,6 +58,14 @@ def flag_of(f) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
+def names_text(names: list[str], most: int = 6) -> str:
+    """``names`` for an error line: at most ``most`` of them, each cut to 40
+    characters, then how many more (a file that is not a config stays one short line)."""
+    shown = [n if len(n) <= 40 else n[:37] + "..." for n in names[:most]]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
+
+
 def default_of(f):
     return f.default_factory() if f.default is MISSING else f.default
 
@@ -75,7 +83,7 @@ class Section:
     def from_dict(cls, data: dict, where: str) -> "Section":
         unknown = sorted(str(k) for k in set(data) - set(cls.names()))
         if unknown:
-            raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; "
+            raise ConfigError(f"{where}: unknown option(s) {names_text(unknown)}; "
                               f"known: {', '.join(sorted(cls.names()))}")
         return cls(**{k: typed(cls, k, v, where) for k, v in data.items()})
 
@@ -301,7 +309,7 @@ def split(data: dict, where: str) -> dict[str, dict]:
     flat = {k: v for k, v in data.items() if not (k in SECTIONS and isinstance(v, dict))}
     unknown = sorted(str(k) for k in flat if k not in SECTION_OF)
     if unknown:
-        raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; known: "
+        raise ConfigError(f"{where}: unknown option(s) {names_text(unknown)}; known: "
                           f"{', '.join(sorted(SECTION_OF))} (or nested under "
                           f"{', '.join(SECTIONS)})")
     for section in SECTIONS:

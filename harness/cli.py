@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import signal
@@ -23,7 +21,7 @@ DEFAULTS = RunConfig()
 TRAINING = DEFAULTS.training  # the one default of every training option
 
 
-def _fail(exc: Exception):
+def _fail(exc: Exception | str):
     raise click.ClickException(str(exc)) from None
 
 
@@ -436,6 +434,7 @@ def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh,
         _fail(exc)
     if workers > ts.workers:
         _fail(ValueError(f"trace {ts.name} has {ts.workers} workers, --workers {workers}"))
+    _check_schemes(bits, names, workers)
 
     def job(seed):
         return DataParallelJob(model, workers, seed, batch_size=batch_size, learning_rate=lr,
@@ -446,20 +445,29 @@ def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh,
                + (f"; accuracy after {train_iterations} iterations of {model}, lr {lr}, "
                   f"batch {batch_size} per worker" if train_iterations else ""))
     click.echo(ev.TABLE_HEAD)
-    from .results.resultset import writable, write_whole
+    from .results.resultset import unwritable, write_csv_whole
+    if csv_path and unwritable(csv_path):  # now, not after the table's minutes
+        _fail(unwritable(csv_path))
     try:
-        if csv_path:
-            writable(csv_path)  # now, not after the table's minutes
         rows = ev.compression_table(ts, job if train_iterations else None, scheme_list,
                                     workers, seeds, train_iterations, log=click.echo)
         if csv_path:
-            text = io.StringIO(newline="")
-            write = csv.DictWriter(text, list(ev.csv_row(rows[0])))
-            write.writeheader()
-            write.writerows(ev.csv_row(r) for r in rows)
-            write_whole(csv_path, text.getvalue())
+            write_csv_whole(csv_path, [ev.csv_row(r) for r in rows])
     except (TraceError, ImportError, ValueError, OSError) as exc:
         _fail(exc)
+
+
+def _check_schemes(bits, quantizers, workers):
+    """One line, before any table, for a bit width or quantizer ``eval`` cannot run."""
+    from ..hosts.lanes import LaneError, LaneFormat
+    for b in bits:
+        try:
+            LaneFormat(b, workers)
+        except LaneError as exc:
+            _fail(f"--bits {b} with --workers {workers}: {exc}")
+    unknown = [q for q in quantizers if q not in QUANTIZERS]
+    if unknown:
+        _fail(f"--quantizers {','.join(unknown)}: use {', '.join(QUANTIZERS)}")
 
 
 # -- sweeps ---------------------------------------------------------------------------

@@ -267,6 +267,10 @@ class RunConfig(Settings):
                               "integers)")
         if c.bucket < 1:
             raise ConfigError(f"--bucket {c.bucket}: QSGD buckets hold at least one element")
+        if c.headroom is not None and not 0 <= c.headroom <= MAX_HEADROOM:
+            raise ConfigError(f"--headroom {c.headroom}: code steps added to the predicted "
+                              f"scales, from 0 to {MAX_HEADROOM} (the span of a scale code); "
+                              "leave it out for the adaptive default")
         if c.quantizer == "qsgd" and c.error_feedback and 2 in self.job_bits():
             raise ConfigError("--quantizer qsgd --error-feedback at b = 2 would send nothing: "
                               "values are a small share of their bucket's norm, and error "
@@ -304,6 +308,9 @@ class RunConfig(Settings):
         if not 0 < t.target_accuracy <= 1:
             raise ConfigError(f"--target-accuracy {t.target_accuracy}: a share in (0, 1]")
 
+
+#: the most code steps ``--headroom`` adds: a scale code is one signed byte
+MAX_HEADROOM = 255
 
 #: the largest config file or sweep spec read
 MAX_YAML = 16 << 20

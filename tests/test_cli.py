@@ -76,11 +76,16 @@ def run_cli(*args):
     (["up", "--jobs", "2", "--arrivals", "poisson:1e7"], "at most 86400"),
     (["eval", "compression", "--train-iterations", "2", "--hidden", "99999,99999"],
      "more than this testbed's 50,000,000"),
+    (["eval", "compression", "--bits", "0"], "--bits 0 with --workers 8: bit width 0 is not"),
+    (["eval", "compression", "--quantizers", "maxpow2,nosuch"], "--quantizers nosuch: use"),
+    (["up", "--headroom", "256"], "--headroom 256: code steps added to the predicted scales"),
+    (["up", "--headroom", "-1"], "--headroom -1: code steps added to the predicted scales"),
 ])
 def test_bad_input_is_one_clear_line(args, fragment):
     code, out = run_cli(*args)
     assert code != 0
     assert fragment in out
+    assert "| scheme" not in out  # refused before any table starts
     assert "Traceback" not in out
     assert len([line for line in out.strip().splitlines() if line.startswith("Error")]) == 1
 

@@ -377,7 +377,7 @@ def test_a_benchmark_killed_outright_is_cleaned_up_from_its_record(tmp_path):
                              cwd=tmp_path)
 
     def recorded():
-        for path in (tmp_path / "records").glob("bench-*.json"):
+        for path in (tmp_path / "records").glob("*.json"):
             data = json.loads(path.read_text())
             if data["processes"] and len(data["interfaces"]) >= 2:
                 return data
@@ -400,20 +400,25 @@ def test_a_benchmark_killed_outright_is_cleaned_up_from_its_record(tmp_path):
     assert not list((tmp_path / "records").glob("bench-*.json"))
 
 
-@pytest.mark.parametrize("args", [["switch", "--bits", "4", "--rate", "1000", "--seconds", "600"],
-                                  ["control", "--repeat", "1000000000"]],
-                         ids=["switch", "control"])
+@pytest.mark.parametrize("args", [["switch", "--bits", "4", "--rate", "1000", "--seconds", "600",
+                                   "--csv", "kept.csv"],
+                                  ["control", "--repeat", "1000000000"],
+                                  ["testbed", "--table", "cost", "--mode", "ina", "--workers", "4",
+                                   "--iterations", "6", "--csv", "kept.csv"]],
+                         ids=["switch", "control", "testbed"])
 def test_a_benchmark_stopped_by_sigterm_removes_what_it_started(tmp_path, args):
-    """SIGTERM stops `bench switch` and `bench control` as Ctrl-C does: exit 130, and
-    their switch, veth pairs, temporary directory and records are gone, no `clean`."""
+    """SIGTERM stops `bench switch`, `control` and `testbed` as Ctrl-C does: exit 130,
+    their switch, veth pairs, temporary directory and records are gone, no `clean`,
+    and a --csv file that was there is left as it was (written only once complete)."""
     env = dict(os.environ, QAINA_RECORD_DIR=str(tmp_path / "records"))
+    (tmp_path / "kept.csv").write_text("earlier,table\n")
     bench = subprocess.Popen([sys.executable, "-m", "qaina_bench.harness.cli", "bench", *args],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              cwd=tmp_path)
     seen = {}
 
     def started():  # the switch is running (its PID recorded) with its veth pairs
-        for path in (tmp_path / "records").glob("bench-*.json"):
+        for path in (tmp_path / "records").glob("*.json"):
             try:
                 seen[path.name] = json.loads(path.read_text())
             except ValueError:  # being written
@@ -435,6 +440,8 @@ def test_a_benchmark_stopped_by_sigterm_removes_what_it_started(tmp_path, args):
         assert not any(Path(f"/sys/class/net/{i}").exists() for i in data["interfaces"])
     temps = [d for data in seen.values() for d in data.get("temp_directories", [])]
     assert not any(Path(d).exists() for d in temps)
+    assert (tmp_path / "kept.csv").read_text() == "earlier,table\n"
+    assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["kept.csv"]
 
 
 def test_a_testbed_benchmark_killed_outright_leaves_no_temporary_directory(tmp_path):

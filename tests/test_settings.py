@@ -74,6 +74,9 @@ def test_round_trip_to_yaml_and_back():
     ({"training": {"hidden": "64,x"}}, "hidden is '64,x', which is not a whole number"),
     ({"network": {"bw": float("inf")}}, "bw is inf, which is not a finite number"),
     ({"output": {"switch_log": "yes"}}, "switch_log is 'yes', which is not true or false"),
+    ({f"k{i:02}": 1 for i in range(30)}, "unknown option(s) k00, k01, k02, k03, k04, k05 and "
+                                         "24 more; known: allocation"),
+    ({"x" * 100: 1}, f"unknown option(s) {'x' * 37}...; known"),
 ])
 def test_bad_input_is_one_line(data, fragment):
     with pytest.raises(ConfigError) as err:

@@ -316,24 +316,18 @@ def _run(ap, args) -> int:
         return control_table(args.repeat, args.payload_words)
     if args.what == "testbed":
         return _testbed(ap, args)
-    csv_file = _open_csv(ap, args.csv)
-    try:
-        return switch_table(args.target or ["embedded"], args.bits or [4, 32], args.rate,
-                            args.seconds, args.repeat, args.payload_words or [QAINA_WORDS],
-                            csv_file)
-    finally:
-        if csv_file is not None:
-            csv_file.close()
+    _check_csv(ap, args.csv)
+    return switch_table(args.target or ["embedded"], args.bits or [4, 32], args.rate,
+                        args.seconds, args.repeat, args.payload_words or [QAINA_WORDS],
+                        args.csv)
 
 
-def _open_csv(ap, path):
-    from ..results.resultset import writable
-    try:
-        if path:
-            writable(path)  # a device or pipe is refused, not opened
-        return open(path, "w", newline="") if path else None
-    except OSError as exc:
-        ap.error(f"--csv {path}: {exc.strerror}" if exc.strerror else f"--csv {exc}")
+def _check_csv(ap, path):
+    """One line and exit 2 if ``--csv`` cannot be written, before any measuring."""
+    from ..results.resultset import unwritable
+    problem = unwritable(path) if path else None
+    if problem:
+        ap.error(f"--csv {problem}")
 
 
 @contextlib.contextmanager
@@ -357,7 +351,7 @@ def _testbed(ap, args) -> int:
     if args.csv and (len(tables) != 1 or tables[0] not in CSV_TABLES):
         ap.error("--csv writes one table: add exactly one --table of "
                  + ", ".join(CSV_TABLES))
-    csv_file = _open_csv(ap, args.csv)
+    _check_csv(ap, args.csv)
     with recorded_workdir() as work:
         if "transport" in tables:
             transport_table(work, args.iterations)
@@ -382,19 +376,18 @@ def _testbed(ap, args) -> int:
             rows = cost_table(work, args.iterations, args.repeat,
                               modes=args.mode or COST_MODES,
                               workers=args.workers or COST_WORKERS)
-    if csv_file is not None:
-        write_csv(csv_file, rows)
-        csv_file.close()
+    if args.csv and rows:
+        write_csv(args.csv, rows)
     return 0
 
 
 def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
-                 repeat: int = 1, words_list=(QAINA_WORDS,), csv_file=None) -> int:
+                 repeat: int = 1, words_list=(QAINA_WORDS,), csv_path=None) -> int:
     """Print offered and aggregated pps per target, bit width, payload size and rate
     (mean, and the range over ``repeat`` runs); with two targets, the ratio of their
     best means. Without ``rates``: a sweep, then twice its peak (the most aggregated,
     mean of the runs), and how much of the peak the switch keeps there (overload).
-    ``csv_file`` gets a row per point (``point_row``)."""
+    ``csv_path`` gets a row per point (``point_row``), written once all are measured."""
     from ..switches.targets import bmv2_missing, toolchain
     if "bmv2" in kinds and bmv2_missing():
         print(f"bmv2: {bmv2_missing()}")
@@ -435,8 +428,8 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
               f"{np.mean(agg):,.0f} ({min(agg):,.0f}-{max(agg):,.0f}): "
               f"{100 * np.mean(agg) / peak:.0f}% of the peak "
               f"({100 * min(agg) / peak:.0f}-{100 * max(agg) / peak:.0f}%, {len(agg)} runs)")
-    if csv_file is not None and rows:
-        write_csv(csv_file, [r | {"peak_pps": r.get("peak_pps")} for r in rows])
+    if csv_path and rows:
+        write_csv(csv_path, [r | {"peak_pps": r.get("peak_pps")} for r in rows])
     if len(kinds) == 2:
         a, b = kinds
         for bits in bits_list:

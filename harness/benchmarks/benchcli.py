@@ -145,13 +145,9 @@ def bench_scale(sizes, clusters, iterations, bw, results_dir, repeat, csv_path):
     number of workers, on this machine and on clusters (root)."""
     from ..config import ConfigError
     from .scalebench import scale, write_csv
-    if csv_path:
-        try:
-            from ..results.resultset import writable
-            writable(csv_path)  # a device or pipe is refused, not opened
-        except OSError as exc:
-            raise click.BadParameter(f"{csv_path}: {exc.strerror}" if exc.strerror
-                                     else str(exc), param_hint="--csv")
+    from ..results.resultset import unwritable
+    if csv_path and unwritable(csv_path):  # checked now, written after the runs
+        raise click.BadParameter(unwritable(csv_path), param_hint="--csv")
     try:
         rows = scale(sizes, [None, *clusters], iterations, bw, Path(results_dir),
                      echo=click.echo, repeat=repeat)

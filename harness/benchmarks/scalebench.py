@@ -99,10 +99,6 @@ CSV_COLUMNS = {"run": "run", "where": "where", "workers": "workers", "bw": "bw_m
 
 
 def write_csv(path: Path, rows: list[dict]):
-    """The runs of ``scale`` as CSV (``CSV_COLUMNS``)."""
-    import csv
-    with open(path, "w", newline="") as f:
-        out = csv.writer(f)
-        out.writerow(CSV_COLUMNS.values())
-        for r in rows:
-            out.writerow(["" if r[k] is None else r[k] for k in CSV_COLUMNS])
+    """The runs of ``scale`` as CSV (``CSV_COLUMNS``), written whole."""
+    from ..results.resultset import write_csv_whole
+    write_csv_whole(path, rows, CSV_COLUMNS)

@@ -138,12 +138,12 @@ def ratio_table(workdir: Path, iterations: int, bw: float, repeat: int, workers:
     return rows
 
 
-def write_csv(csv_file, rows: list[dict]):
-    """``rows`` as CSV (a column per key of the first row; None as empty)."""
-    w = csv.DictWriter(csv_file, list(rows[0]))
-    w.writeheader()
-    w.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
-    csv_file.flush()
+def write_csv(path, rows: list[dict]):
+    """``rows`` as ``path``'s CSV (a column per key of the first row; None as empty),
+    written whole once the table is complete: an interrupt keeps the file that was
+    there."""
+    from ..results.resultset import write_csv_whole
+    write_csv_whole(path, rows)
 
 
 COST_MODES = ("ina", "ring", "ps")  # by default; --mode takes any registered mode

@@ -122,6 +122,28 @@ def writable(path: Path):
         raise PermissionError(13, "not writable", str(path))
 
 
+def unwritable(path) -> str | None:
+    """Why ``path`` cannot take an output file, as one line naming it; None if it can
+    (``writable``)."""
+    try:
+        writable(path)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}" if exc.strerror else str(exc)
+    return None
+
+
+def write_csv_whole(path: Path, rows: list[dict], columns: dict | None = None):
+    """``rows`` as ``path``'s CSV, written whole (``write_whole``): a column per key of
+    ``columns`` (headed by its value) or of the first row; None as empty."""
+    import io
+    keys = list(columns or rows[0])
+    text = io.StringIO(newline="")
+    out = csv.writer(text)
+    out.writerow(columns.values() if columns else keys)
+    out.writerows(["" if r.get(k) is None else r[k] for k in keys] for r in rows)
+    write_whole(path, text.getvalue())
+
+
 def write_whole(path: Path, text: str):
     """``text`` as ``path``'s whole content, replacing what was there only once all of
     it is written (an error or a Ctrl-C leaves the old file as it was)."""
