@@ -354,8 +354,12 @@ def results_list(results_dir):
     from .results.tables import printable
     if not Path(results_dir).is_dir():
         _fail(f"--results-dir {results_dir}: no such directory (no run has written there)")
-    for p in list_runs(Path(results_dir)):
+    runs = list_runs(Path(results_dir))
+    for p in runs:
         click.echo(printable(f"{p.name:48} {describe_run(p)}"))
+    if not runs:
+        click.echo(f"no result sets in {results_dir} (a result set is a folder with a "
+                   "config.yaml: `qaina-bench up --results-dir` names where runs go)")
 
 
 @results.command("show")

@@ -282,6 +282,8 @@ def test_results_dir_that_cannot_be_written_is_one_line():
 
 def test_one_broken_result_set_does_not_break_the_listing(tmp_path):
     good, broken = tmp_path / "good-run", tmp_path / "broken-run"
+    code, out = run_cli("results", "list", "--results-dir", str(tmp_path))
+    assert code == 0 and out.startswith(f"no result sets in {tmp_path} "), out
     for d in (good, broken):
         d.mkdir()
         (d / "config.yaml").write_text("topo: star\n")
