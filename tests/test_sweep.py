@@ -361,3 +361,13 @@ def test_plot_leaves_out_values_no_float_holds(tmp_path):
     with pytest.raises(SweepError, match="x column 'bits' holds '1e400', not a number"):
         plot_sweep(d, echo=lambda _: None)
 
+
+
+def test_a_plot_section_with_empty_labels_falls_back_to_the_names(tmp_path):
+    """``title:``, ``xlabel:`` and ``ylabel:`` left empty (null in YAML) draw the
+    spec's name and the columns' names."""
+    from qaina_bench.harness.sweeping.figures import plot_sweep
+    d = plot_dir(tmp_path, "1,1,c,complete,32,2,0.7,2\n", title=None, xlabel=None,
+                 panels=[{"y": "iteration_s", "ylabel": None}])
+    plot_sweep(d, echo=lambda _: None)
+    assert list((d / "figures").glob("*.png"))

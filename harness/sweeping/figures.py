@@ -219,7 +219,7 @@ def _draw(spec: Spec, p: dict, rows: list[dict], png: Path) -> list[dict]:
                 table += made
                 if facet is not None:
                     ax.set_title(f"{p['facet']} = {facet}", fontsize=9)
-        fig.suptitle("\n".join(textwrap.wrap(p.get("title", spec.name), int(width * 11))),
+        fig.suptitle("\n".join(textwrap.wrap(p.get("title") or spec.name, int(width * 11))),
                      fontsize=11)
         fig.text(0.01, 0.005, "\n".join(textwrap.wrap(_note(table), int(width * 17))),
                  fontsize=7)
@@ -298,8 +298,8 @@ def _panel(ax, p, rows, facet, panel) -> list[dict]:
         ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel(p.get("xlabel", p["x"]))
-    ax.set_ylabel(panel.get("ylabel", y))
+    ax.set_xlabel(p.get("xlabel") or p["x"])
+    ax.set_ylabel(panel.get("ylabel") or y)
     ax.grid(True, alpha=0.3)
     if names and names != [y]:
         ax.legend(fontsize=7)
