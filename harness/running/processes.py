@@ -93,3 +93,14 @@ def agent_env() -> dict:
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = "1"
     return env
+
+
+def ended(code: int) -> str:
+    """How a process ended, from its return code: ``exited with 1``, or ``was killed
+    by SIGKILL`` for a negative one."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with {code}"

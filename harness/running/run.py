@@ -46,7 +46,7 @@ from .runmeta import new_run_id, write_results
 from .sampling import Sampler
 from ..trainscript import ScriptLauncher
 from .starter import Starters
-from .processes import (AgentProcess, _terminate, agent_env, deferred_signals,
+from .processes import (AgentProcess, _terminate, agent_env, deferred_signals, ended,
                         ignored_signals)
 
 
@@ -482,8 +482,8 @@ class Run:
         for what, popen, log in procs:
             if self.ledger.poll(popen) not in (None, 0):
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-                raise RunError(f"{what} exited with {self.ledger.poll(popen)}: "
-                               f"{' | '.join(tail)} (log {log})")
+                raise RunError(f"{what} {ended(self.ledger.poll(popen))}: "
+                               f"{' | '.join(tail) or 'its log is empty'} (log {log})")
 
     def _all_done(self) -> bool:
         return all(self.ledger.poll(a.popen) == 0 for a in self.agents)
