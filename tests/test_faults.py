@@ -254,29 +254,33 @@ def test_the_agents_are_forks_of_the_recorded_starter_and_end_with_a_killed_cli(
     assert leftovers(record) == []
 
 
-def test_an_agent_killed_mid_run_is_named_with_its_signal_and_nothing_is_left(tmp_path):
-    """kill -9 of one agent: the run fails in one line naming the agent and SIGKILL,
-    its summary says failed, and its switch, hosts and other agents are gone."""
-    proc = cli(tmp_path, "agent-killed", "--iterations", "12", "--bits", "32", "--bw", "0.5")
+@pytest.mark.parametrize("victim, line", [
+    ("agent j1w2 ", "Error: agent j1w2 on h3 was killed by SIGKILL: "),
+    ("switch s1", "Error: s1 (embedded) was killed by SIGKILL; its log "),
+], ids=["agent", "switch"])
+def test_a_process_killed_mid_run_is_named_with_its_signal_and_nothing_is_left(
+        tmp_path, victim, line):
+    """kill -9 of one agent or of the switch while the jobs run: the run fails in one
+    line naming it and SIGKILL (not the P4Runtime error the sampler met), its summary
+    says failed, and everything else it started is gone."""
+    proc = cli(tmp_path, "killed-mid-run", "--iterations", "12", "--bits", "32", "--bw", "0.5")
     try:
-        wait_for(lambda: (r := record_of("agent-killed")) and
+        wait_for(lambda: (r := record_of("killed-mid-run")) and
                  sum(p["what"].startswith("agent") for p in r["processes"]) == 4,
                  what="four agents in the run record")
-        record = record_of("agent-killed")
-        victim = next(p["pid"] for p in record["processes"]
-                      if p["what"].startswith("agent j1w2 "))
-        os.kill(victim, signal.SIGKILL)
+        record = record_of("killed-mid-run")
+        os.kill(next(p["pid"] for p in record["processes"] if p["what"].startswith(victim)),
+                signal.SIGKILL)
         out, _ = proc.communicate(timeout=120)
     finally:
         proc.kill()
         proc.wait()
     text = out.decode()
     assert proc.returncode == 1, text
-    assert "Error: agent j1w2 on h3 was killed by SIGKILL: " in text, text
-    assert "Traceback" not in text
-    summary = json.loads((tmp_path / "agent-killed" / "summary.json").read_text())
+    assert line in text and "Traceback" not in text, text
+    summary = json.loads((tmp_path / "killed-mid-run" / "summary.json").read_text())
     assert summary["status"] == "failed"
-    assert record_of("agent-killed") is None and leftovers(record) == []
+    assert record_of("killed-mid-run") is None and leftovers(record) == []
 
 
 def test_a_switch_that_dies_is_named_with_its_log_and_nothing_is_left(tmp_path, monkeypatch):
@@ -293,7 +297,7 @@ def test_a_switch_that_dies_is_named_with_its_log_and_nothing_is_left(tmp_path, 
     with pytest.raises(TargetError) as err:
         run.execute()
     message = str(err.value)
-    assert "s1" in message and "exited with code 3" in message
+    assert "s1" in message and "exited with 3" in message
     assert "s1.log" in message and "bad switch build" in message
     summary = json.loads((tmp_path / "dead-switch" / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["errors"]

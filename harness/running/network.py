@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from collections import deque
 from dataclasses import replace
 from functools import partial
@@ -36,7 +37,7 @@ from ..switches.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_ma
                    release_job, result_entry, source_entry)
 from ..config import ConfigError
 from .record import RunRecord
-from ..switches.targets import make_target
+from ..switches.targets import TargetError, make_target
 
 
 def free_port() -> int:
@@ -497,6 +498,22 @@ class Testbed(ClusterParts):
     def switch_program(self) -> dict:
         """What runs the switches (target, and for BMv2 which build)."""
         return self.net.switches[0].target.describe()
+
+    def switch_death(self, wait: float = 0.2) -> TargetError | None:
+        """The TargetError of the first switch whose process has ended (how, and its
+        log), or None; ``wait``: seconds to look again, as a failed P4Runtime call is
+        how a switch's death shows first and its process may still be ending."""
+        deadline = time.monotonic() + wait
+        while True:
+            for sw in self.net.switches if self.net is not None else []:
+                try:
+                    if sw.target is not None:
+                        sw.target.check_alive()
+                except TargetError as exc:
+                    return exc
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
 
     def host(self, name: str):
         return self.net.get(name)

@@ -95,7 +95,7 @@ def agent_env() -> dict:
     return env
 
 
-def ended(code: int) -> str:
+def how_ended(code: int) -> str:
     """How a process ended, from its return code: ``exited with 1``, or ``was killed
     by SIGKILL`` for a negative one."""
     if code < 0:
@@ -104,3 +104,9 @@ def ended(code: int) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with {code}"
+
+
+def failed_text(what: str, code: int, log: Path) -> str:
+    """One line for a process that failed: how it ended and the end of its log."""
+    tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+    return f"{what} {how_ended(code)}: {' | '.join(tail) or 'its log is empty'} (log {log})"

@@ -46,7 +46,7 @@ from .runmeta import new_run_id, write_results
 from .sampling import Sampler
 from ..trainscript import ScriptLauncher
 from .starter import Starters
-from .processes import (AgentProcess, _terminate, agent_env, deferred_signals, ended,
+from .processes import (AgentProcess, _terminate, agent_env, deferred_signals, failed_text,
                         ignored_signals)
 
 
@@ -177,8 +177,9 @@ class Run:
         except Exception as exc:
             self.status = "failed"
             self.events["error"] = time.time()
+            exc = (self.testbed and self.testbed.switch_death()) or exc  # the cause, named
             self.writer.note_error(f"{type(exc).__name__}: {exc}")
-            raise
+            raise exc from None
         finally:
             with ignored_signals() as held:  # another Ctrl-C or SIGTERM must not cut it short
                 self._teardown()
@@ -481,9 +482,7 @@ class Run:
         procs += [(f"agent j{a.job}w{a.worker} on {a.host}", a.popen, a.log) for a in self.agents]
         for what, popen, log in procs:
             if self.ledger.poll(popen) not in (None, 0):
-                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-                raise RunError(f"{what} {ended(self.ledger.poll(popen))}: "
-                               f"{' | '.join(tail) or 'its log is empty'} (log {log})")
+                raise RunError(failed_text(what, self.ledger.poll(popen), log))
 
     def _all_done(self) -> bool:
         return all(self.ledger.poll(a.popen) == 0 for a in self.agents)

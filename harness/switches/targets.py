@@ -97,8 +97,9 @@ class SwitchProcess:
         if self.proc is None:
             raise TargetError(f"{self.name}: not started")
         if self.proc.poll() is not None:
-            raise TargetError(f"{self.name} ({self.kind}) exited with code "
-                              f"{self.proc.returncode}; its log {self.log_path} says: "
+            from ..running.processes import how_ended
+            raise TargetError(f"{self.name} ({self.kind}) {how_ended(self.proc.returncode)}; "
+                              f"its log {self.log_path} says: "
                               f"{log_tail(self.log_path)}")
 
     def wait_ready(self, connection, timeout: float = 20.0):
