@@ -70,7 +70,7 @@ def execute(cfg: RunConfig, hold: bool = False, cli: str | None = None) -> dict:
         print_summary(summary, run.dir)
     except (RunError, ControlError, TargetError, OSError) as exc:
         click.echo(f"results so far: {run.dir}", err=True)
-        _fail(exc)
+        _fail(_disk_full(exc, run.dir) or exc)
     except KeyboardInterrupt:  # one more while the first was handled, or while printing
         click.echo(f"interrupted; results in {run.dir}", err=True)
         sys.exit(130)
@@ -82,6 +82,16 @@ def execute(cfg: RunConfig, hold: bool = False, cli: str | None = None) -> dict:
     if not summary["complete"]:
         sys.exit(1)
     return summary
+
+
+def _disk_full(exc: Exception, where: Path) -> str | None:
+    """The line for a result set that could not be written for want of space (or a
+    read-only file system), naming where; None for any other error."""
+    import errno
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return (f"cannot write the results in {where}: {exc.strerror} (free space there or "
+                "choose another --results-dir)")
+    return None
 
 
 @main.command(cls=SectionedCommand)

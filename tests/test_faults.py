@@ -283,6 +283,26 @@ def test_a_process_killed_mid_run_is_named_with_its_signal_and_nothing_is_left(
     assert record_of("killed-mid-run") is None and leftovers(record) == []
 
 
+def test_a_results_directory_that_fills_up_is_one_line_and_nothing_is_left(tmp_path):
+    """Results on a 64 KiB file system: the run fails in one line saying where and why
+    (not a bare errno), and its network, switch and agents are gone."""
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)], check=True)
+    try:
+        proc = cli(tiny, "full", "--iterations", "6", "--trace", "digits-mlp-wide")
+        out, _ = proc.communicate(timeout=300)
+        record = record_of("full")
+    finally:
+        subprocess.run(["umount", str(tiny)], check=True)
+    text = out.decode()
+    assert proc.returncode == 1, text
+    assert (f"Error: cannot write the results in {tiny / 'full'}: No space left on device "
+            "(free space there or choose another --results-dir)") in text, text
+    assert "Traceback" not in text and record is None
+    assert not any(Path(f"/sys/class/net/s1-eth{i}").exists() for i in range(1, 5))
+
+
 def test_a_switch_that_dies_is_named_with_its_log_and_nothing_is_left(tmp_path, monkeypatch):
     from qaina_bench.harness.switches import targets
     from qaina_bench.harness.switches.targets import TargetError
