@@ -349,8 +349,11 @@ def write_trace(path, gradients, *, name: str | None = None, model: str, dataset
         "dtype": dtype,
         **info,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as exc:
+        raise TraceError(f"cannot write trace set {path}: {exc.strerror or exc}") from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private
@@ -368,6 +371,10 @@ def write_trace(path, gradients, *, name: str | None = None, model: str, dataset
         if path.exists():
             shutil.rmtree(path)
         os.replace(staging, path)
+    except OSError as exc:  # a full or read-only disk: nothing half written is left
+        shutil.rmtree(staging, ignore_errors=True)
+        raise TraceError(f"cannot write trace set {path}: {exc.strerror or exc} (free "
+                         "space there, or record it elsewhere)") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

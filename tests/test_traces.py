@@ -143,6 +143,29 @@ def test_write_refuses_to_clobber_and_leaves_nothing_half_written(tmp_path, smal
     assert sorted(p.name for p in tmp_path.iterdir()) == ["small"]  # no staging left
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a 64 KiB tmpfs (root)")
+def test_a_trace_set_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
+    """`traces record` onto a full file system: one line naming the set (it was a
+    traceback), and no half-written staging directory."""
+    import subprocess
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)], check=True)
+    try:
+        with pytest.raises(TraceError, match=f"cannot write trace set {tiny / 'big'}: No "
+                                             "space left on device"):
+            write_trace(tiny / "big", small_gradients(workers=2, elements=100_000),
+                        model="toy", dataset="d", layers=[("a.weight", (100_000,))])
+        result = CliRunner().invoke(cli, ["traces", "record", "t", "--workers", "2",
+                                          "--iterations", "2", "--out", str(tiny)])
+        assert result.exit_code == 1 and result.output.splitlines()[-1] == (
+            f"Error: cannot write trace set {tiny / 't'}: No space left on device (free "
+            "space there, or record it elsewhere)"), result.output
+        assert list(tiny.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(tiny)], check=True)
+
+
 # -- errors -------------------------------------------------------------------------------
 
 def test_missing_directory(tmp_path):
