@@ -265,10 +265,11 @@ def dissector(out):
     if out is None:
         click.echo(dissector_lua(), nl=False)
         return
+    from .results.resultset import write_whole
     try:
-        Path(out).write_text(dissector_lua())
+        write_whole(out, dissector_lua())  # whole or not at all
     except OSError as exc:
-        _fail(OSError(f"cannot write {out}: {exc.strerror or exc}"))
+        _fail(exc)
     click.echo(f"wrote {out}")
 
 

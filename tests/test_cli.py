@@ -352,6 +352,32 @@ def test_a_csv_output_never_replaces_a_device_and_writes_through_a_link(tmp_path
     assert link.is_symlink() and target.read_text() == "new\n"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts an 8 KiB tmpfs (root)")
+def test_an_output_file_on_a_full_disk_is_one_line_and_no_empty_file(tmp_path):
+    """--csv and --out onto a full file system, found full only when the output is
+    written: one line naming the file (`bench switch` after its table: it was a
+    traceback), and no empty or temporary file left."""
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(tiny)], check=True)
+    try:
+        (tiny / "fill").write_bytes(os.urandom(7000))
+        for args, out in (
+                (["eval", "compression", "--bits", "4", "--quantizers", "maxpow2", "--seeds",
+                  "1", "--no-extras", "--csv"], "c.csv"),
+                (["bench", "switch", "--bits", "4", "--rate", "1000", "--seconds", "0.2",
+                  "--csv"], "s.csv"),
+                (["dissector", "--out"], "d.lua")):
+            r = subprocess.run([sys.executable, "-m", "qaina_bench.harness.cli", *args,
+                                str(tiny / out)], capture_output=True, text=True, timeout=300)
+            assert r.returncode == 1, (args, r.stderr)
+            assert f"cannot write {tiny / out}: No space left on device" in r.stderr, r.stderr
+            assert "Traceback" not in r.stderr
+            assert sorted(p.name for p in tiny.iterdir()) == ["fill"]
+    finally:
+        subprocess.run(["umount", str(tiny)], check=True)
+
+
 def test_eval_compression_keeps_an_existing_csv_when_it_is_interrupted(tmp_path):
     """The CSV is written once the table is complete: a Ctrl-C while it computes leaves
     the file that was there, and a path that cannot be written fails before any

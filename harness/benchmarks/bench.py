@@ -293,6 +293,7 @@ def main(argv=None, prog="python -m qaina_bench.harness.benchmarks.bench") -> in
     if os.geteuid() != 0:
         ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
     from ...settings import ConfigError
+    from ..results.resultset import OutputError
     # SIGTERM stops a benchmark like Ctrl-C: what it started is torn down
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -300,6 +301,9 @@ def main(argv=None, prog="python -m qaina_bench.harness.benchmarks.bench") -> in
     except ConfigError as exc:  # a run the options describe is not possible
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OutputError as exc:  # --csv, after the runs: the table printed stands
+        print(f"error: {exc}; the table above is what was measured", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("\ninterrupted: the benchmark stopped (what it had started is removed; "
               "no table or CSV written)", file=sys.stderr)

@@ -153,7 +153,7 @@ def bench_scale(sizes, clusters, iterations, bw, results_dir, repeat, csv_path):
                      echo=click.echo, repeat=repeat)
         if csv_path:
             write_csv(Path(csv_path), rows)
-    except ConfigError as exc:
+    except (ConfigError, OSError) as exc:  # OSError: the --csv file, after the runs
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         click.echo("\ninterrupted: the benchmark stopped (the runs so far are in "

@@ -144,20 +144,30 @@ def write_csv_whole(path: Path, rows: list[dict], columns: dict | None = None):
     write_whole(path, text.getvalue())
 
 
+class OutputError(OSError):
+    """An output file that could not be written (a full disk, say); the message names
+    the file."""
+
+
 def write_whole(path: Path, text: str):
     """``text`` as ``path``'s whole content, replacing what was there only once all of
     it is written (an error or a Ctrl-C leaves the old file as it was)."""
     import tempfile
     path = Path(os.path.realpath(path))  # a link's target is replaced, not the link
     if path.exists() and not path.is_file():
-        raise OSError(f"{path}: not a regular file (a device or pipe): name a file")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent)
-                               else ".")
+        raise OutputError(f"{path}: not a regular file (a device or pipe): name a file")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w", newline="") as f:
             f.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
     except BaseException:
         os.unlink(tmp)
         raise
