@@ -347,6 +347,10 @@ def traces_record(name, out_dir, model, workers, iterations, seed, batch_size, l
                     width=width, dtype=dtype, overwrite=overwrite, log=click.echo)
     except (TraceError, ImportError, ValueError) as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted: trace set {name} not recorded (nothing of it written)",
+                   err=True)
+        sys.exit(130)
     click.echo(f"recorded {ts.path}: {ts.workers} workers x {ts.iterations} iterations x "
                f"{ts.elements} elements ({ts.dtype})")
 

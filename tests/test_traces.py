@@ -536,3 +536,26 @@ def test_recorded_sets_land_in_the_users_trace_directory(tmp_path, monkeypatch):
     trace = record("mine", workers=2, iterations=2, hidden=(8,))
     assert trace.path == tmp_path / "mine" / "mine"
     assert find_trace("mine") == trace.path  # up finds it without --trace-dir
+
+
+def test_ctrl_c_while_recording_writes_nothing_and_says_so(tmp_path):
+    """SIGINT while `traces record` trains: exit 130, one line, no set and no staging
+    directory left (the set is written whole or not at all)."""
+    import signal
+    import subprocess
+    proc = subprocess.Popen([sys.executable, "-m", "qaina_bench.harness.cli", "traces", "record",
+                             "intr", "--workers", "8", "--iterations", "400", "--out",
+                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("iteration 1:"):  # training: the set is not written yet
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, err
+    assert err.strip() == "interrupted: trace set intr not recorded (nothing of it written)"
+    assert list(tmp_path.iterdir()) == []
