@@ -30,7 +30,19 @@ def BitsType():
     return IntList()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Main(click.Group):
+    """The command group: a Ctrl-C that no command handles itself ends with one line
+    and exit 130, as a shell expects of SIGINT (click would say "Aborted!", exit 1)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="qaina-bench")
 def main():
     """Testbed for quantization-aware in-network aggregation (QAINA) of gradients."""

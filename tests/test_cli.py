@@ -547,3 +547,19 @@ def test_traces_show_of_a_damaged_set_says_only_what_is_wrong(tmp_path):
     (tmp_path / "bad" / "manifest.json").write_text("{not json")
     code, out = run_cli("traces", "show", str(tmp_path / "bad"))
     assert code != 0 and len(out.strip().splitlines()) == 1 and out.startswith("Error:"), out
+
+
+def test_ctrl_c_of_a_command_that_does_not_handle_it_exits_130_in_one_line():
+    """`bench codec` has no Ctrl-C handling of its own: the group's says "interrupted"
+    and exits 130, as a shell expects of SIGINT (click said "Aborted!" and exit 1)."""
+    proc = subprocess.Popen([sys.executable, "-m", "qaina_bench.harness.cli", "bench", "codec",
+                             "--repeats", "100000"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdout.readline()  # timing: the first line is out
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130 and err.strip() == "interrupted", err
