@@ -145,6 +145,8 @@ def test_unshaped_links_are_cpu_bound_and_no_iteration_is_na():
     assert f["verdict"] == "cpu-bound" and f["link_rate_mbit"] is None
     assert f["link_load"] is None and "unshaped" in f["reason"]
     assert f["link_load_mbit_s"] == pytest.approx(0.96)
+    assert "(the busiest carried 1.0 Mbit/s: " in f["reason"]  # no rate to be bound by
+    assert "bottleneck" not in f["reason"]
     assert judge(bw=1.0, rows=[])["verdict"] == "n/a"
     empty = {"link": [], "cpu": [], "proc": []}
     assert judge(bw=1.0, data=empty)["verdict"] == "n/a"

@@ -233,7 +233,8 @@ def job_fidelity(job_id: int, hosts: set[str], rows: list[dict], series: dict,
                       for k, share in links["bottleneck_time"].items())
     if not rate_mbit:
         reason = (f"links unshaped: packets cross them as fast as the CPUs move them "
-                  f"(bottleneck {links['load_mbit_s']:.1f} Mbit/s: {where}; {cpu_said})")
+                  f"(the busiest carried {links['load_mbit_s']:.1f} Mbit/s: {where}; "
+                  f"{cpu_said})")
     else:
         reason = (f"the bottleneck carried {100 * links['load']:.0f}% of {rate_mbit:g} "
                   f"Mbit/s over {span:.2f} s of transfer ({where}); CPU "
