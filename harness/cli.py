@@ -82,7 +82,7 @@ def execute(cfg: RunConfig, hold: bool = False, cli: str | None = None) -> dict:
         print_summary(summary, run.dir)
     except (RunError, ControlError, TargetError, OSError) as exc:
         click.echo(f"results so far: {run.dir}", err=True)
-        _fail(_disk_full(exc, run.dir) or exc)
+        _fail(_results_problem(exc, run.dir) or exc)
     except KeyboardInterrupt:  # one more while the first was handled, or while printing
         click.echo(f"interrupted; results in {run.dir}", err=True)
         sys.exit(130)
@@ -96,13 +96,17 @@ def execute(cfg: RunConfig, hold: bool = False, cli: str | None = None) -> dict:
     return summary
 
 
-def _disk_full(exc: Exception, where: Path) -> str | None:
-    """The line for a result set that could not be written for want of space (or a
-    read-only file system), naming where; None for any other error."""
+def _results_problem(exc: Exception, where: Path) -> str | None:
+    """The line for a result set that could not be written: no space (or a read-only
+    file system), or its folder removed during the run; None for any other error."""
     import errno
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+    if not isinstance(exc, OSError):
+        return None
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
         return (f"cannot write the results in {where}: {exc.strerror} (free space there or "
                 "choose another --results-dir)")
+    if exc.errno == errno.ENOENT and not Path(where).is_dir():
+        return f"the result set {where} was removed while the run went ({exc.filename} is gone)"
     return None
 
 

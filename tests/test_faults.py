@@ -303,6 +303,26 @@ def test_a_results_directory_that_fills_up_is_one_line_and_nothing_is_left(tmp_p
     assert not any(Path(f"/sys/class/net/s1-eth{i}").exists() for i in range(1, 5))
 
 
+def test_a_result_set_removed_during_the_run_is_one_line_and_nothing_is_left(tmp_path):
+    """The run's folder removed (moved away) while its jobs run: one line saying so,
+    not a bare errno, and the network, switch and agents are gone."""
+    proc = cli(tmp_path, "removed", "--iterations", "12", "--bits", "32", "--bw", "0.5")
+    try:
+        wait_for(lambda: (tmp_path / "removed" / "agents" / "go").exists(),
+                 what="the agents' start")
+        record = record_of("removed")
+        (tmp_path / "removed").rename(tmp_path / "elsewhere")  # atomic, unlike rm -rf
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    text = out.decode()
+    assert proc.returncode == 1, text
+    assert f"Error: the result set {tmp_path / 'removed'} was removed while the run went" in text
+    assert "Traceback" not in text
+    assert record_of("removed") is None and leftovers(record) == []
+
+
 def test_a_switch_that_dies_is_named_with_its_log_and_nothing_is_left(tmp_path, monkeypatch):
     from qaina_bench.harness.switches import targets
     from qaina_bench.harness.switches.targets import TargetError
