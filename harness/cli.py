@@ -21,6 +21,10 @@ DEFAULTS = RunConfig()
 TRAINING = DEFAULTS.training  # the one default of every training option
 
 
+#: ``--trace-dir`` of the trace commands: a folder that exists (a mistyped one is named)
+TRACE_DIR = click.Path(exists=True, file_okay=False)
+
+
 def _fail(exc: Exception | str):
     raise click.ClickException(str(exc)) from None
 
@@ -296,7 +300,7 @@ def traces():
 
 
 @traces.command("list")
-@click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
+@click.option("--trace-dir", "dirs", multiple=True, type=TRACE_DIR)
 def traces_list(dirs):
     """Trace sets found in the search path (--trace-dir first, then the bundled sets),
     then the recipes not recorded yet (`up`, `sweep` and `bench` record them on first use)."""
@@ -315,7 +319,7 @@ def traces_list(dirs):
 
 @traces.command("show")
 @click.argument("name")
-@click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
+@click.option("--trace-dir", "dirs", multiple=True, type=TRACE_DIR)
 def traces_show(name, dirs):
     """Where trace set NAME (a name or a path) is, and its manifest."""
     from ..hosts.traces import TraceError, find_trace, read_manifest
@@ -419,7 +423,7 @@ def evaluate():
 @evaluate.command("compression")
 @click.option("--trace", default="digits-mlp", show_default=True,
               help="trace set for the relative error (open loop)")
-@click.option("--trace-dir", "dirs", multiple=True, type=click.Path())
+@click.option("--trace-dir", "dirs", multiple=True, type=TRACE_DIR)
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True)
 @click.option("--bits", type=BitsType(), default="2,4,8,32", show_default=True)
 @click.option("--quantizers", help="comma-separated (default: every registered one)")

@@ -208,6 +208,10 @@ class RunConfig(Settings):
 
     def check_trace(self, opened: dict | None = None) -> TraceSet:
         tr, work = self.training, self.workload
+        for folder in tr.trace_dirs or ():  # a mistyped one would be passed over
+            if not Path(folder).is_dir():
+                raise ConfigError(f"--trace-dir {folder}: no such directory (trace sets are "
+                                  "searched there first)")
         key = (tr.trace, tuple(tr.trace_dirs or ()))
         opened = {} if opened is None else opened
         if key not in opened:

@@ -78,6 +78,9 @@ def run_cli(*args):
      "more than this testbed's 50,000,000"),
     (["eval", "compression", "--bits", "0"], "--bits 0 with --workers 8: bit width 0 is not"),
     (["eval", "compression", "--quantizers", "maxpow2,nosuch"], "--quantizers nosuch: use"),
+    (["up", "--trace-dir", "/nonexistent"], "--trace-dir /nonexistent: no such directory"),
+    (["traces", "list", "--trace-dir", "/nonexistent"], "Directory '/nonexistent' does not"),
+    (["eval", "compression", "--trace-dir", "/etc/passwd"], "'/etc/passwd' is a file"),
     (["up", "--headroom", "256"], "--headroom 256: code steps added to the predicted scales"),
     (["up", "--headroom", "-1"], "--headroom -1: code steps added to the predicted scales"),
 ])
