@@ -38,6 +38,16 @@ def test_bad_options_are_one_line_and_exit_2(args, fragment):
     assert res.stderr.strip().splitlines()[-1].startswith("python -m qaina_bench.p4.embedded")
 
 
+def test_version_names_the_package_and_the_p4runtime_api_it_serves():
+    """Like `simple_switch_grpc --version`: one line, exit 0, without starting."""
+    from importlib.metadata import version
+    from qaina_bench.p4.embedded.runtime import API_VERSION
+    res = subprocess.run(SWITCH + ["--version"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout == (
+        f"qaina embedded switch, qaina-bench {version('qaina-bench')}, P4Runtime API "
+        f"{API_VERSION}\n")
+
+
 def test_stats_never_replace_a_link(tmp_path):
     """The switch replaces its --stats file when it stops: a link there (to a file, or
     to a device as root) would be replaced, not written; it is refused at the start."""

@@ -94,10 +94,22 @@ def write_stats(path: str, stats: dict):
         raise
 
 
+def version_text() -> str:
+    """What ``--version`` prints: the package's version and the P4Runtime API it serves."""
+    from importlib.metadata import PackageNotFoundError, version
+    from .runtime import API_VERSION
+    try:
+        package = version("qaina-bench")
+    except PackageNotFoundError:  # a source tree that is not installed
+        package = "not installed"
+    return f"qaina embedded switch, qaina-bench {package}, P4Runtime API {API_VERSION}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m qaina_bench.p4.embedded",
                                  description="Embedded QAINA switch (qaina.p4 in software, "
                                              "programmed over P4Runtime).")
+    ap.add_argument("--version", action="version", version=version_text())
     ap.add_argument("-i", "--interface", action="append", type=parse_interface, default=[],
                     metavar="PORT@IFNAME", help="attach interface IFNAME as port PORT")
     ap.add_argument("--device-id", type=device_id, default=1)
