@@ -474,6 +474,9 @@ def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh,
     if workers > ts.workers:
         _fail(ValueError(f"trace {ts.name} has {ts.workers} workers, --workers {workers}"))
     _check_schemes(bits, names, workers)
+    from .results.resultset import unwritable, write_csv_whole
+    if csv_path and unwritable(csv_path):  # now, not after the table's minutes
+        _fail(unwritable(csv_path))
 
     def job(seed):
         return DataParallelJob(model, workers, seed, batch_size=batch_size, learning_rate=lr,
@@ -484,13 +487,10 @@ def eval_compression(trace, dirs, workers, bits, quantizers, gvq_k, gvq_refresh,
                + (f"; accuracy after {train_iterations} iterations of {model}, lr {lr}, "
                   f"batch {batch_size} per worker" if train_iterations else ""))
     click.echo(ev.TABLE_HEAD)
-    from .results.resultset import unwritable, write_csv_whole
-    if csv_path and unwritable(csv_path):  # now, not after the table's minutes
-        _fail(unwritable(csv_path))
     try:
         rows = ev.compression_table(ts, job if train_iterations else None, scheme_list,
                                     workers, seeds, train_iterations, log=click.echo)
-        if csv_path:
+        if csv_path and rows:
             write_csv_whole(csv_path, [ev.csv_row(r) for r in rows])
     except (TraceError, ImportError, ValueError, OSError) as exc:
         _fail(exc)

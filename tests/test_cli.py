@@ -404,6 +404,7 @@ def test_eval_compression_keeps_an_existing_csv_when_it_is_interrupted(tmp_path)
                         "--quantizers", "maxpow2", "--seeds", "1", "--no-extras",
                         "--csv", str(tmp_path / "missing" / "c.csv"))
     assert code != 0 and "no such directory" in out and "| b=" not in out
+    assert len(out.strip().splitlines()) == 1, out  # before anything is computed or printed
     assert "Traceback" not in out
     code, out = run_cli("eval", "compression", "--workers", "4", "--bits", "4",
                         "--quantizers", "maxpow2", "--seeds", "1", "--no-extras",
