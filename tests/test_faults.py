@@ -254,6 +254,23 @@ def test_the_agents_are_forks_of_the_recorded_starter_and_end_with_a_killed_cli(
     assert leftovers(record) == []
 
 
+def fault_mid_run(tmp_path, run_id, fault) -> tuple[int, str, dict]:
+    """Start a run whose jobs last, call ``fault(record)`` once its four agents are in
+    its record, and return the CLI's exit status, its output and that record."""
+    proc = cli(tmp_path, run_id, "--iterations", "12", "--bits", "32", "--bw", "0.5")
+    try:
+        wait_for(lambda: (r := record_of(run_id)) and
+                 sum(p["what"].startswith("agent") for p in r["processes"]) == 4,
+                 what="four agents in the run record")
+        record = record_of(run_id)
+        fault(record)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    return proc.returncode, out.decode(), record
+
+
 @pytest.mark.parametrize("victim, line", [
     ("agent j1w2 ", "Error: agent j1w2 on h3 was killed by SIGKILL: "),
     ("switch s1", "Error: s1 (embedded) was killed by SIGKILL; its log "),
@@ -263,20 +280,12 @@ def test_a_process_killed_mid_run_is_named_with_its_signal_and_nothing_is_left(
     """kill -9 of one agent or of the switch while the jobs run: the run fails in one
     line naming it and SIGKILL (not the P4Runtime error the sampler met), its summary
     says failed, and everything else it started is gone."""
-    proc = cli(tmp_path, "killed-mid-run", "--iterations", "12", "--bits", "32", "--bw", "0.5")
-    try:
-        wait_for(lambda: (r := record_of("killed-mid-run")) and
-                 sum(p["what"].startswith("agent") for p in r["processes"]) == 4,
-                 what="four agents in the run record")
-        record = record_of("killed-mid-run")
+    def kill(record):
         os.kill(next(p["pid"] for p in record["processes"] if p["what"].startswith(victim)),
                 signal.SIGKILL)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-        proc.wait()
-    text = out.decode()
-    assert proc.returncode == 1, text
+
+    code, text, record = fault_mid_run(tmp_path, "killed-mid-run", kill)
+    assert code == 1, text
     assert line in text and "Traceback" not in text, text
     summary = json.loads((tmp_path / "killed-mid-run" / "summary.json").read_text())
     assert summary["status"] == "failed"
@@ -304,20 +313,11 @@ def test_a_results_directory_that_fills_up_is_one_line_and_nothing_is_left(tmp_p
 
 
 def test_a_result_set_removed_during_the_run_is_one_line_and_nothing_is_left(tmp_path):
-    """The run's folder removed (moved away) while its jobs run: one line saying so,
-    not a bare errno, and the network, switch and agents are gone."""
-    proc = cli(tmp_path, "removed", "--iterations", "12", "--bits", "32", "--bw", "0.5")
-    try:
-        wait_for(lambda: (tmp_path / "removed" / "agents" / "go").exists(),
-                 what="the agents' start")
-        record = record_of("removed")
-        (tmp_path / "removed").rename(tmp_path / "elsewhere")  # atomic, unlike rm -rf
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-        proc.wait()
-    text = out.decode()
-    assert proc.returncode == 1, text
+    """The run's folder removed (moved away, atomic unlike rm -rf) while its jobs run:
+    one line saying so, not a bare errno, and everything it started is gone."""
+    code, text, record = fault_mid_run(
+        tmp_path, "removed", lambda _: (tmp_path / "removed").rename(tmp_path / "elsewhere"))
+    assert code == 1, text
     assert f"Error: the result set {tmp_path / 'removed'} was removed while the run went" in text
     assert "Traceback" not in text
     assert record_of("removed") is None and leftovers(record) == []
