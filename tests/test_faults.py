@@ -292,6 +292,27 @@ def test_a_process_killed_mid_run_is_named_with_its_signal_and_nothing_is_left(
     assert record_of("killed-mid-run") is None and leftovers(record) == []
 
 
+def test_a_switch_that_dies_while_a_run_is_held_is_named_and_ctrl_c_still_ends_it(tmp_path):
+    """`up --hold`: a switch killed while the network is held is said once (what is
+    left stays up); the Ctrl-C that ends the hold tears everything down."""
+    proc = cli(tmp_path, "held-dies", "--iterations", "1", "--hold")
+    try:
+        out = read_until(proc, b"stays up until Ctrl-C", timeout=120)
+        assert b"stays up until Ctrl-C" in out, out.decode()
+        record = record_of("held-dies")
+        os.kill(next(p["pid"] for p in record["processes"] if p["what"] == "switch s1"),
+                signal.SIGKILL)
+        out += read_until(proc, b"the rest stays up until Ctrl-C", timeout=30)
+        assert b"s1 (embedded) was killed by SIGKILL; its log " in out, out.decode()
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, (out + rest).decode()
+    assert record_of("held-dies") is None and leftovers(record) == []
+
+
 def test_a_results_directory_that_fills_up_is_one_line_and_nothing_is_left(tmp_path):
     """Results on a 64 KiB file system: the run fails in one line saying where and why
     (not a bare errno), and its network, switch and agents are gone."""

@@ -515,6 +515,17 @@ class Testbed(ClusterParts):
                 return None
             time.sleep(0.05)
 
+    def watch(self, echo, every: float = 1.0):
+        """Wait until interrupted (Ctrl-C: KeyboardInterrupt), saying once when a
+        switch's process has ended (a held run: what is left stays up)."""
+        said = False
+        while True:
+            time.sleep(every)
+            death = None if said else self.switch_death(wait=0)
+            if death is not None:
+                echo(f"{death}; the rest stays up until Ctrl-C")
+                said = True
+
     def host(self, name: str):
         return self.net.get(name)
 

@@ -537,8 +537,7 @@ class Run:
                       "p4runtime-shell "
                       f"on a switch: qaina-bench shell SWITCH --run {self.cfg.output.run_id}  "
                       f"(switches: {', '.join(names)})")
-            while True:
-                time.sleep(3600)
+            self.testbed.watch(self.echo)  # says so if a switch dies meanwhile
         except KeyboardInterrupt:
             self.echo("\nending the held run")
 
