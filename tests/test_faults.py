@@ -271,18 +271,20 @@ def fault_mid_run(tmp_path, run_id, fault) -> tuple[int, str, dict]:
     return proc.returncode, out.decode(), record
 
 
-@pytest.mark.parametrize("victim, line", [
-    ("agent j1w2 ", "Error: agent j1w2 on h3 was killed by SIGKILL: "),
-    ("switch s1", "Error: s1 (embedded) was killed by SIGKILL; its log "),
-], ids=["agent", "switch"])
+@pytest.mark.parametrize("victim, signum, line", [
+    ("agent j1w2 ", signal.SIGKILL, "Error: agent j1w2 on h3 was killed by SIGKILL: "),
+    ("switch s1", signal.SIGKILL, "Error: s1 (embedded) was killed by SIGKILL; its log "),
+    ("switch s1", signal.SIGSTOP, "Error: s1 (embedded) is stopped by a signal (pid "),
+], ids=["agent", "switch", "switch-stopped"])
 def test_a_process_killed_mid_run_is_named_with_its_signal_and_nothing_is_left(
-        tmp_path, victim, line):
-    """kill -9 of one agent or of the switch while the jobs run: the run fails in one
-    line naming it and SIGKILL (not the P4Runtime error the sampler met), its summary
-    says failed, and everything else it started is gone."""
+        tmp_path, victim, signum, line):
+    """kill -9 of one agent or of the switch, or a SIGSTOP of the switch, while the
+    jobs run: the run fails in one line naming it and the signal (not the P4Runtime
+    error the sampler met: UNAVAILABLE, or DEADLINE_EXCEEDED after 10 s), its summary
+    says failed, and everything else it started is gone (a stopped switch too)."""
     def kill(record):
         os.kill(next(p["pid"] for p in record["processes"] if p["what"].startswith(victim)),
-                signal.SIGKILL)
+                signum)
 
     code, text, record = fault_mid_run(tmp_path, "killed-mid-run", kill)
     assert code == 1, text

@@ -42,6 +42,16 @@ def log_tail(path: Path, lines: int = 5) -> str:
     return " | ".join(text[-lines:])
 
 
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped by a signal (SIGSTOP, Ctrl-Z): it answers
+    nothing until SIGCONT. A debugger's or profiler's trace stop is not counted."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except (OSError, IndexError):
+        return False
+
+
 class SwitchProcess:
     """One switch program as a process: its ports, P4Runtime address and log file."""
 
@@ -101,6 +111,9 @@ class SwitchProcess:
             raise TargetError(f"{self.name} ({self.kind}) {how_ended(self.proc.returncode)}; "
                               f"its log {self.log_path} says: "
                               f"{log_tail(self.log_path)}")
+        if stopped(self.proc.pid):
+            raise TargetError(f"{self.name} ({self.kind}) is stopped by a signal (pid "
+                              f"{self.proc.pid}, SIGSTOP): it answers nothing until SIGCONT")
 
     def wait_ready(self, connection, timeout: float = 20.0):
         """Wait until the switch answers P4Runtime on its address."""
