@@ -254,14 +254,16 @@ def test_the_agents_are_forks_of_the_recorded_starter_and_end_with_a_killed_cli(
     assert leftovers(record) == []
 
 
-def fault_mid_run(tmp_path, run_id, fault) -> tuple[int, str, dict]:
-    """Start a run whose jobs last, call ``fault(record)`` once its four agents are in
-    its record, and return the CLI's exit status, its output and that record."""
-    proc = cli(tmp_path, run_id, "--iterations", "12", "--bits", "32", "--bw", "0.5")
+def fault_mid_run(tmp_path, run_id, fault, *args) -> tuple[int, str, dict]:
+    """Start a run whose jobs last (``args``: more options), call ``fault(record)`` once
+    its four agents are in its record and started, and return the CLI's exit status,
+    its output and that record."""
+    proc = cli(tmp_path, run_id, "--iterations", "12", "--bits", "32", "--bw", "0.5", *args)
     try:
         wait_for(lambda: (r := record_of(run_id)) and
-                 sum(p["what"].startswith("agent") for p in r["processes"]) == 4,
-                 what="four agents in the run record")
+                 sum(p["what"].startswith("agent") for p in r["processes"]) == 4
+                 and (tmp_path / run_id / "agents" / "go").exists(),
+                 what="four agents in the run record, started")
         record = record_of(run_id)
         fault(record)
         out, _ = proc.communicate(timeout=120)
@@ -292,6 +294,24 @@ def test_a_process_killed_mid_run_is_named_with_its_signal_and_nothing_is_left(
     summary = json.loads((tmp_path / "killed-mid-run" / "summary.json").read_text())
     assert summary["status"] == "failed"
     assert record_of("killed-mid-run") is None and leftovers(record) == []
+
+
+def test_a_run_past_its_timeout_names_the_agents_still_running_and_a_stopped_one(tmp_path):
+    """One agent stopped (SIGSTOP): its job cannot end, the run stops at --timeout and
+    its line lists the agents still running, the stopped one said so."""
+    def stop(record):
+        os.kill(next(p["pid"] for p in record["processes"]
+                     if p["what"].startswith("agent j1w2 ")), signal.SIGSTOP)
+
+    code, text, record = fault_mid_run(tmp_path, "stalled", stop, "--timeout", "8")
+    assert code == 1, text
+    line = next((x for x in text.splitlines() if "exceeded --timeout" in x), text)
+    assert line.startswith("run exceeded --timeout 8 s; still running: "), line
+    assert "j1w2 on h3 (" in line and "iterations, stopped by a signal)" in line, line
+    assert line.count("stopped by a signal") == 1
+    summary = json.loads((tmp_path / "stalled" / "summary.json").read_text())
+    assert summary["status"] == "timeout"
+    assert record_of("stalled") is None and leftovers(record) == []
 
 
 def test_a_switch_that_dies_while_a_run_is_held_is_named_and_ctrl_c_still_ends_it(tmp_path):

@@ -110,3 +110,19 @@ def failed_text(what: str, code: int, log: Path) -> str:
     """One line for a process that failed: how it ended and the end of its log."""
     tail = log.read_text(errors="replace").strip().splitlines()[-3:]
     return f"{what} {how_ended(code)}: {' | '.join(tail) or 'its log is empty'} (log {log})"
+
+
+def unfinished(agents: list[AgentProcess], ledger, testbed) -> str:
+    """The agents that have not ended, for the line of a run past its timeout: each
+    with the iterations it logged, and "stopped by a signal" for one stopped on this
+    machine (an agent on another server of a cluster is not looked at)."""
+    from ..switches.targets import stopped
+
+    def stopped_here(a) -> bool:
+        return (getattr(testbed.host(a.host), "server_key", None) is None
+                and stopped(a.popen.pid))
+
+    out = [f"j{a.job}w{a.worker} on {a.host} ({a.iterations_done()} iterations"
+           + (", stopped by a signal)" if stopped_here(a) else ")")
+           for a in agents if ledger.poll(a.popen) is None]
+    return f"; still running: {', '.join(out)}" if out else ""

@@ -47,7 +47,7 @@ from .sampling import Sampler
 from ..trainscript import ScriptLauncher
 from .starter import Starters
 from .processes import (AgentProcess, _terminate, agent_env, deferred_signals, failed_text,
-                        ignored_signals)
+                        ignored_signals, unfinished)
 
 
 class RunError(RuntimeError):
@@ -515,7 +515,8 @@ class Run:
                     break
                 if time.time() - t0 > self.cfg.output.timeout:
                     self.status = "timeout"
-                    self.echo(f"\nrun exceeded --timeout {self.cfg.output.timeout:.0f} s")
+                    self.echo(f"\nrun exceeded --timeout {self.cfg.output.timeout:.0f} s"
+                              + unfinished(self.agents, self.ledger, self.testbed))
                     break
                 # Jobs waiting to arrive or for slots are admitted within 10 ms.
                 time.sleep(0.01 if self.admission is not None and self.admission.waiting
