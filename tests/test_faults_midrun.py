@@ -1,0 +1,135 @@
+"""Faults while a run's jobs run, as root: a switch or an agent killed or stopped, a
+switch that dies while the network is held, a results folder that fills up or is
+removed. Each is one line naming the cause, and afterwards nothing the run started
+is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test_faults import cli, leftovers, read_until, record_of, wait_for
+
+pytestmark = [
+    pytest.mark.root,  # Mininet
+    pytest.mark.skipif(shutil.which("mnexec") is None,
+                       reason="mnexec missing: apt-get install mininet"),
+]
+
+
+def fault_mid_run(tmp_path, run_id, fault, *args) -> tuple[int, str, dict]:
+    """Start a run whose jobs last (``args``: more options), call ``fault(record)`` once
+    its four agents are in its record and started, and return the CLI's exit status,
+    its output and that record."""
+    proc = cli(tmp_path, run_id, "--iterations", "12", "--bits", "32", "--bw", "0.5", *args)
+    try:
+        wait_for(lambda: (r := record_of(run_id)) and
+                 sum(p["what"].startswith("agent") for p in r["processes"]) == 4
+                 and (tmp_path / run_id / "agents" / "go").exists(),
+                 what="four agents in the run record, started")
+        record = record_of(run_id)
+        fault(record)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    return proc.returncode, out.decode(), record
+
+
+@pytest.mark.parametrize("victim, signum, line", [
+    ("agent j1w2 ", signal.SIGKILL, "Error: agent j1w2 on h3 was killed by SIGKILL: "),
+    ("switch s1", signal.SIGKILL, "Error: s1 (embedded) was killed by SIGKILL; its log "),
+    ("switch s1", signal.SIGSTOP, "Error: s1 (embedded) is stopped by a signal (pid "),
+], ids=["agent", "switch", "switch-stopped"])
+def test_a_process_killed_mid_run_is_named_with_its_signal_and_nothing_is_left(
+        tmp_path, victim, signum, line):
+    """kill -9 of one agent or of the switch, or a SIGSTOP of the switch, while the
+    jobs run: the run fails in one line naming it and the signal (not the P4Runtime
+    error the sampler met: UNAVAILABLE, or DEADLINE_EXCEEDED after 10 s), its summary
+    says failed, and everything else it started is gone (a stopped switch too)."""
+    def kill(record):
+        os.kill(next(p["pid"] for p in record["processes"] if p["what"].startswith(victim)),
+                signum)
+
+    code, text, record = fault_mid_run(tmp_path, "killed-mid-run", kill)
+    assert code == 1, text
+    assert line in text and "Traceback" not in text, text
+    summary = json.loads((tmp_path / "killed-mid-run" / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    assert record_of("killed-mid-run") is None and leftovers(record) == []
+
+
+def test_a_run_past_its_timeout_names_the_agents_still_running_and_a_stopped_one(tmp_path):
+    """One agent stopped (SIGSTOP): its job cannot end, the run stops at --timeout and
+    its line lists the agents still running, the stopped one said so."""
+    def stop(record):
+        os.kill(next(p["pid"] for p in record["processes"]
+                     if p["what"].startswith("agent j1w2 ")), signal.SIGSTOP)
+
+    code, text, record = fault_mid_run(tmp_path, "stalled", stop, "--timeout", "8")
+    assert code == 1, text
+    line = next((x for x in text.splitlines() if "exceeded --timeout" in x), text)
+    assert line.startswith("run exceeded --timeout 8 s; still running: "), line
+    assert "j1w2 on h3 (" in line and "iterations, stopped by a signal)" in line, line
+    assert line.count("stopped by a signal") == 1
+    summary = json.loads((tmp_path / "stalled" / "summary.json").read_text())
+    assert summary["status"] == "timeout"
+    assert record_of("stalled") is None and leftovers(record) == []
+
+
+def test_a_switch_that_dies_while_a_run_is_held_is_named_and_ctrl_c_still_ends_it(tmp_path):
+    """`up --hold`: a switch killed while the network is held is said once (what is
+    left stays up); the Ctrl-C that ends the hold tears everything down."""
+    proc = cli(tmp_path, "held-dies", "--iterations", "1", "--hold")
+    try:
+        out = read_until(proc, b"stays up until Ctrl-C", timeout=120)
+        assert b"stays up until Ctrl-C" in out, out.decode()
+        record = record_of("held-dies")
+        os.kill(next(p["pid"] for p in record["processes"] if p["what"] == "switch s1"),
+                signal.SIGKILL)
+        out += read_until(proc, b"the rest stays up until Ctrl-C", timeout=30)
+        assert b"s1 (embedded) was killed by SIGKILL; its log " in out, out.decode()
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, (out + rest).decode()
+    assert record_of("held-dies") is None and leftovers(record) == []
+
+
+def test_a_results_directory_that_fills_up_is_one_line_and_nothing_is_left(tmp_path):
+    """Results on a 64 KiB file system: the run fails in one line saying where and why
+    (not a bare errno), and its network, switch and agents are gone."""
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)], check=True)
+    try:
+        proc = cli(tiny, "full", "--iterations", "6", "--trace", "digits-mlp-wide")
+        out, _ = proc.communicate(timeout=300)
+        record = record_of("full")
+    finally:
+        subprocess.run(["umount", str(tiny)], check=True)
+    text = out.decode()
+    assert proc.returncode == 1, text
+    assert (f"Error: cannot write the results in {tiny / 'full'}: No space left on device "
+            "(free space there or choose another --results-dir)") in text, text
+    assert "Traceback" not in text and record is None
+    assert not any(Path(f"/sys/class/net/s1-eth{i}").exists() for i in range(1, 5))
+
+
+def test_a_result_set_removed_during_the_run_is_one_line_and_nothing_is_left(tmp_path):
+    """The run's folder removed (moved away, atomic unlike rm -rf) while its jobs run:
+    one line saying so, not a bare errno, and everything it started is gone."""
+    code, text, record = fault_mid_run(
+        tmp_path, "removed", lambda _: (tmp_path / "removed").rename(tmp_path / "elsewhere"))
+    assert code == 1, text
+    assert f"Error: the result set {tmp_path / 'removed'} was removed while the run went" in text
+    assert "Traceback" not in text
+    assert record_of("removed") is None and leftovers(record) == []
