@@ -22,6 +22,7 @@ import pytest
 
 from conftest import bmv2, kinds, root
 from qaina_bench.harness.switches.firewall import table_exists
+from qaina_bench.harness.switches.targets import TargetError
 from qaina_bench.harness.running.record import RunRecord, record_dir
 
 pytestmark = root  # namespaces, nftables
@@ -122,6 +123,10 @@ def test_the_thrift_port_answers_loopback_only_while_the_switch_runs(tmp_path, f
         sw.terminate()
     assert not table_exists("inet", target.guard.table)
     assert record.leftovers(wait=0) == []
+    # no Thrift server: an error, not output that reads like an answer (a register
+    # reset that silently did nothing left the last run's sums in the registers)
+    with pytest.raises(TargetError, match=f"no Thrift server answers on port {port}"):
+        target.cli(["reset_state"])
 
 
 @bmv2

@@ -363,6 +363,11 @@ class BMv2Target(SwitchProcess):
                                  capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise TargetError(f"{self.name}: simple_switch_CLI failed: {exc}") from None
+        if "Could not connect to thrift client" in res.stdout + res.stderr:
+            raise TargetError(f"{self.name}: no Thrift server answers on port "
+                              f"{self.thrift_port}, so registers cannot be read or reset: "
+                              "a simple_switch_grpc built without Thrift (configure "
+                              "targets/simple_switch_grpc --with-thrift), or it has stopped")
         return res.stdout + res.stderr
 
     def cli_command(self) -> list[str]:
