@@ -402,3 +402,28 @@ def test_a_client_that_never_reads_its_stream_cannot_grow_the_switch(fresh):
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and 1 <= got < sent[0]
         assert "does not read its stream" in call.details()
     fresh.conn.read_counter("MyIngress.drops")  # the primary is still served
+
+
+def test_a_ctrl_c_while_waiting_for_a_switch_leaves_no_thread_to_fail_at_close(monkeypatch):
+    """A signal (Ctrl-C; SIGTERM does the same) while the harness waits for a switch's
+    server: no thread of gRPC's is left polling the channel, which a close then made
+    raise "Channel closed!" (a traceback `bench switch` printed when stopped during
+    bring-up, once in CI)."""
+    import os
+    import signal
+
+    def pollers():  # gRPC's connectivity-polling threads (their arguments say so)
+        return [t for t in threading.enumerate() if any(
+            type(a).__name__ == "_ChannelConnectivityState" for a in getattr(t, "_args", ()))]
+
+    failures = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+    conn = SwitchConnection("nobody", f"127.0.0.1:{free_port()}", 1)  # nothing listens
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        conn.wait_ready(timeout=10)
+        time.sleep(10)  # reached only if the wait ended early
+    assert pollers() == []
+    conn.close()
+    time.sleep(0.5)  # longer than gRPC's connectivity poll (0.2 s)
+    assert failures == []

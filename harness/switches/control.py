@@ -167,12 +167,16 @@ class SwitchConnection:
 
     # -- session -----------------------------------------------------------------------
     def wait_ready(self, timeout: float) -> bool:
-        """True once the switch's gRPC server accepts connections."""
+        """True once the switch's gRPC server answers: a Capabilities call that waits
+        for the connection. (gRPC's ready future polls the channel from a thread of its
+        own, which a Ctrl-C during the wait left running into ``close``: a traceback.)"""
         try:
-            grpc.channel_ready_future(self.channel).result(timeout=timeout)
+            self.stub.Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=timeout,
+                                   wait_for_ready=True)
             return True
-        except grpc.FutureTimeoutError:
-            return False
+        except grpc.RpcError as exc:  # any answer but none at all says the server is up
+            return exc.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED,
+                                      grpc.StatusCode.UNAVAILABLE)
 
     def arbitrate(self, timeout: float = 5.0):
         """Open the stream channel and become primary."""
