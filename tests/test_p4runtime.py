@@ -427,3 +427,13 @@ def test_a_ctrl_c_while_waiting_for_a_switch_leaves_no_thread_to_fail_at_close(m
     conn.close()
     time.sleep(0.5)  # longer than gRPC's connectivity poll (0.2 s)
     assert failures == []
+
+
+def test_waiting_for_a_switch_writes_nothing_to_the_request_log(tmp_path):
+    """The readiness probe is no request of the run: a switch slow to start must not
+    leave DEADLINE_EXCEEDED errors in its p4runtime log."""
+    log = tmp_path / "p4runtime-s1.log"
+    conn = SwitchConnection("nobody", f"127.0.0.1:{free_port()}", 1, log_path=log)
+    assert not conn.wait_ready(timeout=0.3) and not conn.wait_ready(timeout=0.3)
+    conn.close()
+    assert "Capabilities" not in log.read_text() and "ERROR" not in log.read_text()

@@ -183,7 +183,9 @@ def test_leafspine_two_jobs_exact_and_slot_usage(tmp_path, target):
         assert job["slot_samples"] >= 5
     sampling = summary["slot_sampling"]
     assert "P4Runtime counter reads of sp1" in sampling["source"]
-    assert sampling["interval_target_s"] <= sampling["interval_median_s"] < 1.0
+    # The reads keep a fixed schedule: a late read shortens the next gap, so the median
+    # may sit a little under the target, never far under it.
+    assert 0.9 * sampling["interval_target_s"] <= sampling["interval_median_s"] < 1.0
     assert summary["validity"]["cpu"]["cores"] == psutil.cpu_count()
     # b = 4 packs five elements per register where b = 32 packs one.
     assert (b4["elements_per_register"], b32["elements_per_register"]) == (5, 1)

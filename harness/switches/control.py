@@ -157,6 +157,8 @@ class SwitchConnection:
         self.p4info = p4info or P4Info.load()
         self.election_id = election_id
         self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        # the readiness probe goes round the request log: it is not a request of the run
+        self._probe = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
         self.log = RequestLog(log_path) if log_path else None
         if self.log is not None:
             self.channel = grpc.intercept_channel(self.channel, self.log)
@@ -171,8 +173,8 @@ class SwitchConnection:
         for the connection. (gRPC's ready future polls the channel from a thread of its
         own, which a Ctrl-C during the wait left running into ``close``: a traceback.)"""
         try:
-            self.stub.Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=timeout,
-                                   wait_for_ready=True)
+            self._probe.Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=timeout,
+                                     wait_for_ready=True)
             return True
         except grpc.RpcError as exc:  # any answer but none at all says the server is up
             return exc.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED,
