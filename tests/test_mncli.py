@@ -113,6 +113,23 @@ def wait_for_stdin_read(pid: int, timeout: float = 30.0):
         time.sleep(0.02)
 
 
+def threads_of(pid: int) -> str:
+    """Where each thread of ``pid`` waits, and the signals pending or blocked there
+    (for a run that did not end)."""
+    lines = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            status = dict(line.split(":\t", 1) for line in
+                          (task / "status").read_text().splitlines() if ":\t" in line)
+            call = (task / "syscall").read_text().split()[:2]
+        except OSError:
+            continue
+        lines.append(f"  {task.name} {status.get('Name')} {status.get('State')} syscall "
+                     f"{' '.join(call)} SigPnd {status.get('SigPnd')} ShdPnd "
+                     f"{status.get('ShdPnd')} SigBlk {status.get('SigBlk')}")
+    return "\nthreads:\n" + "\n".join(lines)
+
+
 @pytest.fixture
 def session(tmp_path):
     made = []
@@ -192,7 +209,7 @@ def test_after_the_jobs_agents_started_by_hand_aggregate_as_the_run_did(session,
 def test_sigterm_in_the_cli_ends_the_run_torn_down(session):
     s = session("cli-term", "--cli", "before")
     s.signal(signal.SIGTERM)
-    assert s.pump(lambda: s.proc.poll() is not None, 120), s.out
+    assert s.pump(lambda: s.proc.poll() is not None, 120), s.out + threads_of(s.proc.pid)
     s.out += s.proc.stdout.read() or ""
     assert s.proc.returncode == 130, s.out
     assert s.summary()["status"] == "interrupted"
