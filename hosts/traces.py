@@ -146,10 +146,11 @@ class TraceSet:
         return np.stack([self.gradient(k, iteration) for k in workers])
 
     def exact_sum(self, iteration: int, workers=None, dtype=np.float64,
-                  checked: bool = False) -> np.ndarray:
+                  checked: bool = False, peaks: dict | None = None) -> np.ndarray:
         """The exact aggregate of an iteration: sum over ``workers`` (all if None).
         ``checked``: TraceError if a gradient holds inf or nan, or the aggregate is
-        beyond float32 (no job can deliver it, and its error would be inf or nan)."""
+        beyond float32 (no job can deliver it, and its error would be inf or nan).
+        ``peaks``: gets, per worker ``k``, its largest ``|g|`` (``peaks[k]``)."""
         workers = range(self.workers) if workers is None else workers
         total = np.zeros(self.elements, dtype=np.float64)
         for k in workers:
@@ -157,6 +158,8 @@ class TraceSet:
             if checked and not np.isfinite(grad).all():
                 raise TraceError(f"trace set {self.name}: worker {k}'s gradient at iteration "
                                  f"{iteration} holds inf or nan: replay finite gradients")
+            if peaks is not None:
+                peaks[k] = float(np.abs(grad).max(initial=0.0))
             total += grad
         if checked:
             peak = float(np.abs(total).max(initial=0.0))
@@ -166,18 +169,24 @@ class TraceSet:
                                  "float32 (3.4e38): no aggregate of it can be delivered")
         return total.astype(dtype, copy=False)
 
-    def write_exact_sums(self, path, workers: int, iterations: int) -> Path:
+    def write_exact_sums(self, path, workers: int, iterations: int,
+                         peaks: list | None = None) -> Path:
         """The exact aggregates of iterations ``0 .. iterations-1`` over workers ``0 ..
         workers-1``, as one float32 array (iterations, elements) in the ``.npy`` file
         ``path`` (written whole, by a rename): summed once for all the agents of a
-        job, which read it with :func:`load_exact_sums`."""
+        job, which read it with :func:`load_exact_sums`. ``peaks``: gets per iteration
+        the largest ``|g|`` of each worker (a dict, as :meth:`exact_sum` fills)."""
         path = Path(path)
         partial = path.with_name(f".{path.name}.partial")
         sums = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32,
                                          shape=(iterations, self.elements))
         try:
             for i in range(iterations):
-                sums[i] = self.exact_sum(i, range(workers), np.float32, checked=True)
+                seen = {} if peaks is not None else None
+                sums[i] = self.exact_sum(i, range(workers), np.float32, checked=True,
+                                         peaks=seen)
+                if peaks is not None:
+                    peaks.append(seen)
             sums.flush()
         except BaseException:
             del sums

@@ -471,19 +471,27 @@ def test_a_testbed_benchmark_killed_outright_leaves_no_temporary_directory(tmp_p
     assert not list((tmp_path / "records").glob("*.json"))
 
 
-def test_a_trace_no_job_can_aggregate_fails_before_the_network_comes_up(tmp_path):
-    """A gradient of nan is refused while the exact sums are made: one line, exit 1, a
-    failed summary, and no switch or agent was started."""
+@pytest.mark.parametrize("value,args,error", [
+    (np.nan, [], "summing the exact aggregates: trace set bad: worker 3's gradient at "
+     "iteration 0 holds inf or nan: replay finite gradients"),
+    (1e10, ["--quantizer", "maxfine"], "trace set bad: worker 3's gradient at iteration 0 "
+     "reaches |g| = 1e+10, beyond the largest scale of --quantizer maxfine (2**31.75 = "
+     "3.61e+09): rescale the trace or use --quantizer maxpow2")], ids=["nan", "beyond-scale"])
+def test_a_trace_no_job_can_aggregate_fails_before_the_network_comes_up(tmp_path, value, args,
+                                                                        error):
+    """A gradient of nan, or one beyond every scale of the job's quantizer, is refused
+    while the exact sums are made: one line, exit 1, a failed summary, and no switch or
+    agent was started."""
     from qaina_bench.hosts.traces import write_trace
     grads = [[np.ones(15, np.float32)] for _ in range(4)]
-    grads[3][0][7] = np.nan
-    write_trace(tmp_path / "traces" / "nan", grads, model="toy", dataset="random",
+    grads[3][0][7] = value
+    write_trace(tmp_path / "traces" / "bad", grads, model="toy", dataset="random",
                 layers=[("w", (15,))])
-    proc = cli(tmp_path, "nan", "--iterations", "1", "--trace", str(tmp_path / "traces/nan"))
+    proc = cli(tmp_path, "bad", "--iterations", "1", "--trace", str(tmp_path / "traces/bad"),
+               *args)
     out, _ = proc.communicate(timeout=120)
     lines = out.decode().strip().splitlines()
     assert proc.returncode == 1 and "Traceback" not in out.decode()
-    assert lines[-1] == ("Error: summing the exact aggregates: trace set nan: worker 3's "
-                         "gradient at iteration 0 holds inf or nan: replay finite gradients")
-    assert json.loads((tmp_path / "nan" / "summary.json").read_text())["status"] == "failed"
-    assert not list((tmp_path / "nan" / "logs").glob("*")) and record_of("nan") is None
+    assert lines[-1] == "Error: " + error
+    assert json.loads((tmp_path / "bad" / "summary.json").read_text())["status"] == "failed"
+    assert not list((tmp_path / "bad" / "logs").glob("*")) and record_of("bad") is None

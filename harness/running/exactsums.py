@@ -16,7 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from ...hosts.quantize import scale_rule
 from ...hosts.traces import TraceError, TraceSet
+from .processes import RunError
 from .record import RunRecord
 from .rundir import RunFiles
 
@@ -30,21 +32,25 @@ class ExactSums:
         self.path: Path | None = None
         self.copies: dict[str, str] = {}  # server -> the directory's copy there
 
-    def write(self, trace: TraceSet | None, workload, echo=print) -> Path | None:
-        """The exact sums of the workload's workers and iterations of ``trace`` (None:
-        the run trains, no file); OSError (one line) if the trace has no finite ones."""
+    def write(self, trace: TraceSet | None, cfg, echo=print) -> Path | None:
+        """The exact sums of the run's (``cfg``) workers and iterations of ``trace``
+        (None: the run trains, no file); OSError (one line) if the trace has no finite
+        ones, ScaleRangeError if a job's quantizer cannot scale a gradient of it."""
         if trace is None:
             return None
-        workers, iterations = workload.workers, workload.iterations
+        workers, iterations = cfg.workload.workers, cfg.workload.iterations
+        peaks: list[dict] = []
         self.directory = Path(tempfile.mkdtemp(prefix="qaina-bench-sums-"))
         self.record.add_temp_directory(self.directory)
         self.record.save()
         began = time.monotonic()
         try:
             self.path = trace.write_exact_sums(
-                self.directory / f"exact-w{workers}-i{iterations}.npy", workers, iterations)
+                self.directory / f"exact-w{workers}-i{iterations}.npy", workers, iterations,
+                peaks)
         except TraceError as exc:  # a worker file that cannot be read: one line, as a disk's
             raise OSError(f"summing the exact aggregates: {exc}") from None
+        check_scales(trace.name, peaks, cfg)
         echo(f"  exact sums of {workers} workers x {iterations} iterations: "
              f"{time.monotonic() - began:.1f} s")
         return self.path
@@ -66,3 +72,32 @@ class ExactSums:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
+
+
+class ScaleRangeError(RunError):
+    """A gradient of the trace beyond the largest scale of a job's quantizer."""
+
+
+def check_scales(trace: str, peaks: list[dict], cfg):
+    """ScaleRangeError (one line) if some job's quantizer would meet a gradient value
+    beyond its largest scale: found here, before any node, instead of by the agents.
+    ``peaks``: per iteration, each worker's largest ``|g|``. Only what is certain is
+    refused: rules whose scale bounds the chunk (its statistic is at least the
+    chunk's largest ``|g|``), on iterations whose values are the trace's own (all of
+    them; only the first with error feedback or a compressor, which change them)."""
+    comp = cfg.compression
+    if comp.quantizer == "none" or not peaks:
+        return
+    rule = scale_rule(comp.quantizer, 1, comp.bucket)
+    if not rule.bounds or set(cfg.job_bits()) == {1}:  # b = 1 scales signs by their mean
+        return
+    limit = 2.0 ** (rule.code_max / rule.steps)
+    raw = peaks if not comp.error_feedback and comp.compress == "none" else peaks[:1]
+    for i, seen in enumerate(raw):
+        k, top = max(seen.items(), key=lambda item: item[1])
+        if top > limit:
+            raise ScaleRangeError(
+                f"trace set {trace}: worker {k}'s gradient at iteration {i} reaches "
+                f"|g| = {top:.3g}, beyond the largest scale of --quantizer {comp.quantizer} "
+                f"(2**{rule.code_max / rule.steps:g} = {limit:.3g}): rescale the trace"
+                + ("" if comp.quantizer == "maxpow2" else " or use --quantizer maxpow2"))

@@ -54,6 +54,10 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt
 
 
+class RunError(RuntimeError):
+    """The run could not be carried out; the message names the part that failed."""
+
+
 class deferred_signals:
     """Ctrl-C and SIGTERM wait until the block is done, then interrupt: Mininet and
     the bookkeeping of a started process must not be cut in the middle."""

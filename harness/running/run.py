@@ -46,12 +46,8 @@ from .runmeta import new_run_id, write_results
 from .sampling import Sampler
 from ..trainscript import ScriptLauncher
 from .starter import Starters
-from .processes import (AgentProcess, _terminate, agent_env, deferred_signals, failed_text,
-                        ignored_signals, unfinished)
-
-
-class RunError(RuntimeError):
-    """The run could not be carried out; the message names the part that failed."""
+from .processes import (AgentProcess, RunError, _terminate, agent_env, deferred_signals,
+                        failed_text, ignored_signals, unfinished)
 
 
 def build_topology(cfg: RunConfig, netem: bool = True):
@@ -199,7 +195,7 @@ class Run:
             self.echo(f"  link loss {net.loss}% per direction by nftables (no netem here)")
         if net.host_cpu:
             self.echo(f"  every host limited to {net.host_cpu:g} cores of CPU time per second")
-        self.sums.write(self.trace, cfg.workload, self.echo)  # before any node: it may refuse
+        self.sums.write(self.trace, cfg, self.echo)  # before any node: it may refuse
         self._start_starter(topo)
         self.testbed = Testbed(topo, net.target, self.writer.log_dir, self.record, nft_loss,
                                log_packets=cfg.output.switch_log, words=net.payload_words,
