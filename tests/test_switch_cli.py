@@ -70,6 +70,32 @@ def test_a_missing_interface_is_one_line():
         "qaina switch: port 1: interface 'qb-nosuchif': No such device"
 
 
+def test_an_address_it_cannot_listen_on_is_one_line_and_in_its_log(tmp_path):
+    """Taken (a listener is there), not of this machine, or not resolving: standard
+    error holds exactly the switch's line (no gRPC core message, no log line
+    repeating it); with --log the log has it too."""
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for address, why in [(f"127.0.0.1:{port}", "the address is taken (another switch "
+                              "may still run there)"),
+                             ("192.0.2.1:9559", "not an address of this machine"),
+                             ("qb-nosuchhost.invalid:9559", "the host does not resolve")]:
+            res = subprocess.run(SWITCH + ["--grpc-addr", address], capture_output=True,
+                                 text=True, timeout=60)
+            assert res.returncode == 2
+            assert res.stderr.startswith(f"qaina switch: cannot listen for P4Runtime on "
+                                         f"{address}: {why}"), res.stderr
+            assert len(res.stderr.splitlines()) == 1, res.stderr
+        log = tmp_path / "s.log"
+        res = subprocess.run(SWITCH + ["--grpc-addr", f"127.0.0.1:{port}", "--log", str(log)],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and len(res.stderr.splitlines()) == 1, res.stderr
+        assert "ERROR cannot listen for P4Runtime" in log.read_text()
+
+
 def test_port_0_listens_where_the_kernel_chose_and_the_log_says_where(tmp_path):
     import time
     log = tmp_path / "s.log"

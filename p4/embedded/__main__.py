@@ -146,7 +146,8 @@ def main(argv=None) -> int:
                                 coalesce_s=None if args.coalesce_us is None
                                 else args.coalesce_us / 1e6)
     except (PortError, OSError) as exc:
-        log.error("%s", exc)
+        if args.log:  # (without --log the log is this standard error)
+            log.error("%s", exc)
         print(f"qaina switch: {exc}", file=sys.stderr)
         return 2
 

@@ -16,7 +16,9 @@ status (UNIMPLEMENTED, INVALID_ARGUMENT, ...), never a crash.
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 import threading
 from concurrent import futures
 
@@ -497,6 +499,9 @@ def serve(device: Device, address: str) -> tuple[grpc.Server, int]:
     The port is never shared (no SO_REUSEPORT): a switch whose address is taken
     fails here instead of splitting clients with another process.
     """
+    problem = _unbindable(address)
+    if problem:  # said here in one line, before gRPC's core logs its own
+        raise OSError(f"cannot listen for P4Runtime on {address}: {problem}")
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_STREAMS + UNARY_THREADS,
                                                     thread_name_prefix="p4rt"),
                          options=[("grpc.so_reuseport", 0)])
@@ -510,6 +515,28 @@ def serve(device: Device, address: str) -> tuple[grpc.Server, int]:
                       "or not local (another switch may still run there)")
     server.start()
     return server, bound
+
+
+def _unbindable(address: str) -> str | None:
+    """Why a listening socket cannot be bound to ``address`` (host:port), or None."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(
+            host or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, ValueError, UnicodeError) as exc:
+        return f"the host does not resolve ({exc})"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+        try:
+            probe.bind(where)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return "the address is taken (another switch may still run there)"
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return "not an address of this machine"
+            return exc.strerror or str(exc)
+    return None
 
 
 def _cells(entry, info, kind: str) -> slice:
