@@ -46,13 +46,16 @@ def fault_mid_run(tmp_path, run_id, fault, *args) -> tuple[int, str, dict]:
     ("agent j1w2 ", signal.SIGKILL, "Error: agent j1w2 on h3 was killed by SIGKILL: "),
     ("switch s1", signal.SIGKILL, "Error: s1 (embedded) was killed by SIGKILL; its log "),
     ("switch s1", signal.SIGSTOP, "Error: s1 (embedded) is stopped by a signal (pid "),
-], ids=["agent", "switch", "switch-stopped"])
+    ("starter of the agents", signal.SIGKILL, "Error: the agent starter (pid "),
+], ids=["agent", "switch", "switch-stopped", "starter"])
 def test_a_process_killed_mid_run_is_named_with_its_signal_and_nothing_is_left(
         tmp_path, victim, signum, line):
-    """kill -9 of one agent or of the switch, or a SIGSTOP of the switch, while the
-    jobs run: the run fails in one line naming it and the signal (not the P4Runtime
-    error the sampler met: UNAVAILABLE, or DEADLINE_EXCEEDED after 10 s), its summary
-    says failed, and everything else it started is gone (a stopped switch too)."""
+    """kill -9 of one agent, of the switch or of the agents' starter, or a SIGSTOP of
+    the switch, while the jobs run: the run fails in one line naming it and the signal
+    (not the P4Runtime error the sampler met: UNAVAILABLE, or DEADLINE_EXCEEDED after
+    10 s; not an agent "killed" whose end went with its starter), its summary says
+    failed, and everything else it started is gone (a stopped switch, orphaned
+    agents too)."""
     def kill(record):
         os.kill(next(p["pid"] for p in record["processes"] if p["what"].startswith(victim)),
                 signum)
@@ -60,6 +63,9 @@ def test_a_process_killed_mid_run_is_named_with_its_signal_and_nothing_is_left(
     code, text, record = fault_mid_run(tmp_path, "killed-mid-run", kill)
     assert code == 1, text
     assert line in text and "Traceback" not in text, text
+    if victim.startswith("starter"):  # said at once, not when the agents are done
+        assert ("was killed by SIGKILL while its agents ran: how they ended is not known"
+                in text and "iterations 12/12" not in text), text
     summary = json.loads((tmp_path / "killed-mid-run" / "summary.json").read_text())
     assert summary["status"] == "failed"
     assert record_of("killed-mid-run") is None and leftovers(record) == []

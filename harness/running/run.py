@@ -173,7 +173,8 @@ class Run:
         except Exception as exc:
             self.status = "failed"
             self.events["error"] = time.time()
-            exc = (self.testbed and self.testbed.switch_death()) or exc  # the cause, named
+            exc = ((self.testbed and self.testbed.switch_death())  # the cause, named
+                   or (self.starter and self.starter.death()) or exc)
             self.writer.note_error(f"{type(exc).__name__}: {exc}")
             raise exc from None
         finally:
@@ -472,7 +473,10 @@ class Run:
         return out
 
     def _check_agents(self):
-        """RunError, with the end of its log, when a server or an agent failed."""
+        """RunError, with the end of its log, when a server or an agent failed; the
+        StarterError of a starter that ended (its agents' ends are then unknown)."""
+        if self.starter is not None and self.starter.death() is not None:
+            raise self.starter.death()
         kind = "fallback host" if self.shared else getattr(self.mode.server, "label", "")
         procs = [(f"{kind} {name}", popen, log) for name, popen, log in self.server_procs]
         procs += [(f"agent j{a.job}w{a.worker} on {a.host}", a.popen, a.log) for a in self.agents]

@@ -157,9 +157,21 @@ class AgentStarter:
                                    f"(log {self._log.name})")
             self._news.wait(min(left, 1.0))
 
+    def death(self) -> StarterError | None:
+        """The StarterError of a starter that has ended under the run, else None: its
+        forks' exit statuses went with it (``exit_of`` counts them killed)."""
+        code = self.proc.poll()
+        if code is None:
+            return None
+        from .processes import how_ended
+        return StarterError(f"the agent starter (pid {self.pid}) {how_ended(code)} while "
+                            "its agents ran: how they ended is not known (log "
+                            f"{self._log.name})")
+
     def exit_of(self, pid: int) -> tuple | None:
         """(exit status, (user, system) CPU seconds) of a fork that ended, else None;
-        a fork the starter lost (it exited first) counts as killed."""
+        a fork the starter lost (it exited first) counts as killed (``death`` says
+        why)."""
         with self._news:
             if pid in self._exits:
                 return self._exits.pop(pid)
@@ -283,6 +295,10 @@ class Starters:
     def wait_loaded(self):
         if self.local is not None:
             self.local.wait_loaded()
+
+    def death(self) -> StarterError | None:
+        """This machine's starter's ``death`` (the other servers' are not looked at)."""
+        return self.local.death() if self.local is not None else None
 
     def close(self):
         """Every starter stopped (each stops what it started): this machine's, and the
