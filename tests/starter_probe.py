@@ -21,6 +21,8 @@ def main(argv):
         json.dump(seen, f)
     os.replace(out + ".tmp", out)
     print(f"probe {os.getpid()} here", flush=True)
+    if mode == "raise":  # as an agent whose socket meets a link that is down
+        raise OSError(101, "Network is unreachable")
     if mode == "burn":
         end = time.process_time() + 0.3
         while time.process_time() < end:

@@ -89,6 +89,29 @@ def test_a_run_past_its_timeout_names_the_agents_still_running_and_a_stopped_one
     assert record_of("stalled") is None and leftovers(record) == []
 
 
+@pytest.mark.parametrize("end, says", [
+    ("switch", "run exceeded --timeout 8 s; still running: j1w0 on h1 ("),
+    ("host", "Error: agent j1w1 on h2 exited with 1: OSError: [Errno 101] Network is "
+             "unreachable (log ")])
+def test_a_link_taken_down_at_either_end_is_named_with_what_it_stopped(tmp_path, end, says):
+    """A link set down while the jobs run, at the switch's end (the jobs stall: the
+    timeout's line) or inside the host's namespace (its agent's socket fails: the
+    error's line): the line says which link is not up."""
+    def down(record):
+        if end == "switch":
+            cmd = ["ip", "link", "set", "s1-eth2", "down"]
+        else:  # in h2's namespace, through its shell's PID
+            shell = next(p["pid"] for p in record["processes"] if p["what"] == "mininet shell h2")
+            cmd = ["mnexec", "-a", str(shell), "ip", "link", "set", "h2-eth0", "down"]
+        subprocess.run(cmd, check=True, timeout=30)
+
+    code, text, record = fault_mid_run(tmp_path, "link-down", down, "--timeout", "8")
+    assert code == 1, text
+    line = next((x for x in text.splitlines() if "links not up" in x), text)
+    assert says in line and line.endswith("; links not up: s1-eth2 to h2 (down)"), line
+    assert record_of("link-down") is None and leftovers(record) == []
+
+
 def test_a_switch_that_dies_while_a_run_is_held_is_named_and_ctrl_c_still_ends_it(tmp_path):
     """`up --hold`: a switch killed while the network is held is said once (what is
     left stays up); the Ctrl-C that ends the hold tears everything down."""

@@ -103,6 +103,17 @@ def test_signals_reach_the_fork_and_the_signal_comes_back_as_its_status(
     forks[0].kill()  # ended: nothing is signalled, nothing is raised
 
 
+def test_what_a_fork_raises_is_its_own_last_line_not_the_starters(tmp_path, starter,
+                                                                   namespace):
+    """The agent's own error ends its log as its process's would (the run quotes that
+    line); only what fails before the agent runs is the starter's."""
+    fork = starter.start([str(tmp_path / "seen.json"), "raise"], namespace.pid,
+                         tmp_path / "probe.log")
+    assert fork.wait(10) == 1
+    last = (tmp_path / "probe.log").read_text().strip().splitlines()[-1]
+    assert last == "OSError: [Errno 101] Network is unreachable"
+
+
 def test_a_fork_that_cannot_enter_its_namespace_says_why_in_its_log(tmp_path, starter):
     gone = subprocess.Popen(["true"])
     gone.wait()

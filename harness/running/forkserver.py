@@ -104,11 +104,15 @@ def _child(main, request: dict, inherited: set[int]) -> int:
             os.close(fd)
         _join(request.get("cgroups") or [])
         _enter(request["ns_pid"])
+    except BaseException as exc:  # noqa: BLE001 - the fork must never return
+        print(f"agent starter: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    try:
         return main(request["argv"]) or 0
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1
-    except BaseException as exc:  # noqa: BLE001 - the fork must never return
-        print(f"agent starter: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except BaseException as exc:  # noqa: BLE001 - what the process's own would say last
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 
 

@@ -129,4 +129,37 @@ def unfinished(agents: list[AgentProcess], ledger, testbed) -> str:
     out = [f"j{a.job}w{a.worker} on {a.host} ({a.iterations_done()} iterations"
            + (", stopped by a signal)" if stopped_here(a) else ")")
            for a in agents if ledger.poll(a.popen) is None]
-    return f"; still running: {', '.join(out)}" if out else ""
+    down = links_down(testbed)
+    return ((f"; still running: {', '.join(out)}" if out else "")
+            + (f"; links not up: {', '.join(down)}" if down else ""))
+
+
+def named_cause(exc: Exception, testbed, starter) -> Exception:
+    """What a run that failed with ``exc`` names as its cause: a switch that died, or
+    the agents' starter, before the error they caused; a RunError (an agent that
+    failed) with the links that are not up added."""
+    death = (testbed and testbed.switch_death()) or (starter and starter.death())
+    if death:
+        return death
+    down = links_down(testbed) if testbed is not None and testbed.net is not None else []
+    if down and isinstance(exc, RunError):
+        return RunError(f"{exc}; links not up: {', '.join(down)}")
+    return exc
+
+
+def links_down(testbed) -> list[str]:
+    """The links of this machine's switches whose switch end is not up (taken down at
+    either end, or removed): ``s1-eth2 to h2 (down)`` each."""
+    here = {intf.name for sw in testbed.net.switches if getattr(sw, "server_key", None) is None
+            for intf in sw.intfList() if intf.name != "lo"}
+    out = []
+    for name, peer in sorted(testbed.interface_peers().items()):
+        if name not in here:
+            continue
+        try:
+            state = Path(f"/sys/class/net/{name}/operstate").read_text().strip()
+        except OSError:
+            state = "removed"
+        if state not in ("up", "unknown"):  # (unknown: a device that has no carrier)
+            out.append(f"{name} to {peer} ({state})")
+    return out

@@ -47,7 +47,7 @@ from .sampling import Sampler
 from ..trainscript import ScriptLauncher
 from .starter import Starters
 from .processes import (AgentProcess, RunError, _terminate, agent_env, deferred_signals,
-                        failed_text, ignored_signals, unfinished)
+                        failed_text, ignored_signals, named_cause, unfinished)
 
 
 def build_topology(cfg: RunConfig, netem: bool = True):
@@ -173,8 +173,7 @@ class Run:
         except Exception as exc:
             self.status = "failed"
             self.events["error"] = time.time()
-            exc = ((self.testbed and self.testbed.switch_death())  # the cause, named
-                   or (self.starter and self.starter.death()) or exc)
+            exc = named_cause(exc, self.testbed, self.starter)
             self.writer.note_error(f"{type(exc).__name__}: {exc}")
             raise exc from None
         finally:
