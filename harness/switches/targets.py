@@ -52,6 +52,17 @@ def stopped(pid: int) -> bool:
         return False
 
 
+def dying(pid: int) -> bool:
+    """Whether process ``pid`` is ending but not reaped yet: killed, its exit under way
+    (the kernel closing a switch's packet sockets can take it a good part of a second)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0] in ("Z", "X") or bool(int(fields[6]) & 0x4)  # PF_EXITING
+    except (OSError, IndexError, ValueError):
+        return False
+
+
 class SwitchProcess:
     """One switch program as a process: its ports, P4Runtime address and log file."""
 
@@ -106,6 +117,11 @@ class SwitchProcess:
     def check_alive(self):
         if self.proc is None:
             raise TargetError(f"{self.name}: not started")
+        if self.proc.poll() is None and dying(self.proc.pid):  # say how it ended
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
         if self.proc.poll() is not None:
             from ..running.processes import how_ended
             raise TargetError(f"{self.name} ({self.kind}) {how_ended(self.proc.returncode)}; "
