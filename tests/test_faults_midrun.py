@@ -117,6 +117,23 @@ def test_a_link_taken_down_at_either_end_is_named_with_what_it_stopped(tmp_path,
     assert record_of("link-down") is None and leftovers(record) == []
 
 
+@pytest.mark.parametrize("node", ["h2", "s1"])
+def test_a_nodes_shell_killed_mid_run_leaves_the_run_to_end_and_nothing_behind(tmp_path, node):
+    """kill -9 of a Mininet node's shell (a host's or the switch's) while the jobs run:
+    the jobs go on through the processes already started, and the teardown does not
+    wait for ever on the dead shell (Mininet deletes each link through both ends'
+    shells); mininet.log says it was skipped."""
+    def kill(record):
+        os.kill(next(p["pid"] for p in record["processes"]
+                     if p["what"] == f"mininet shell {node}"), signal.SIGKILL)
+
+    code, text, record = fault_mid_run(tmp_path, "shell-killed", kill, "--iterations", "4")
+    assert code == 0 and "shell-killed: complete" in text, text
+    log = (tmp_path / "shell-killed" / "logs" / "mininet.log").read_text()
+    assert f"*** {node}'s shell (pid " in log and "its commands are skipped" in log, log
+    assert record_of("shell-killed") is None and leftovers(record) == []
+
+
 def test_a_switch_that_dies_while_a_run_is_held_is_named_and_ctrl_c_still_ends_it(tmp_path):
     """`up --hold`: a switch killed while the network is held is said once (what is
     left stays up); the Ctrl-C that ends the hold tears everything down."""

@@ -37,6 +37,7 @@ from ..switches.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_ma
                    release_job, result_entry, source_entry)
 from ..config import ConfigError
 from .record import RunRecord
+from .shells import silence_ended_shells
 from ..switches.targets import TargetError, make_target
 
 
@@ -565,6 +566,7 @@ class Testbed(ClusterParts):
         if self.net is not None:
             for sw in self.net.switches:
                 sw.stop_soon()
+            silence_ended_shells(self.net)  # Mininet would wait on them for ever
             try:
                 self.net.stop()
             except Exception as exc:
