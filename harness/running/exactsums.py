@@ -84,16 +84,17 @@ def check_scales(trace: str, peaks: list[dict], cfg):
     ``peaks``: per iteration, each worker's largest ``|g|``. Only what is certain is
     refused: rules whose scale bounds the chunk (its statistic is at least the
     chunk's largest ``|g|``), on iterations whose values are the trace's own (all of
-    them; only the first with error feedback or a compressor, which change them)."""
+    them; only the first with error feedback, which adds residuals to the later ones).
+    A compressor (GradiVeQ) is not looked at: it sends other values, and its exact
+    iterations go at 32 bits under ``maxpow2`` whatever ``--quantizer`` says."""
     comp = cfg.compression
-    if comp.quantizer == "none" or not peaks:
+    if comp.quantizer == "none" or comp.compress != "none" or not peaks:
         return
     rule = scale_rule(comp.quantizer, 1, comp.bucket)
     if not rule.bounds or set(cfg.job_bits()) == {1}:  # b = 1 scales signs by their mean
         return
     limit = 2.0 ** (rule.code_max / rule.steps)
-    raw = peaks if not comp.error_feedback and comp.compress == "none" else peaks[:1]
-    for i, seen in enumerate(raw):
+    for i, seen in enumerate(peaks[:1] if comp.error_feedback else peaks):
         k, top = max(seen.items(), key=lambda item: item[1])
         if top > limit:
             raise ScaleRangeError(
