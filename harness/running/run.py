@@ -474,8 +474,8 @@ class Run:
     def _check_agents(self):
         """RunError, with the end of its log, when a server or an agent failed; the
         StarterError of a starter that ended (its agents' ends are then unknown)."""
-        if self.starter is not None and self.starter.death() is not None:
-            raise self.starter.death()
+        if self.starter is not None and (death := self.starter.death()) is not None:
+            raise death
         kind = "fallback host" if self.shared else getattr(self.mode.server, "label", "")
         procs = [(f"{kind} {name}", popen, log) for name, popen, log in self.server_procs]
         procs += [(f"agent j{a.job}w{a.worker} on {a.host}", a.popen, a.log) for a in self.agents]

@@ -42,25 +42,27 @@ def log_tail(path: Path, lines: int = 5) -> str:
     return " | ".join(text[-lines:])
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first, then
+    ppid, pgrp, session, tty, tpgid, flags, ...); [] for no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def stopped(pid: int) -> bool:
     """Whether process ``pid`` is stopped by a signal (SIGSTOP, Ctrl-Z): it answers
     nothing until SIGCONT. A debugger's or profiler's trace stop is not counted."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "T"
-    except (OSError, IndexError):
-        return False
+    return _stat(pid)[:1] == ["T"]
 
 
 def dying(pid: int) -> bool:
     """Whether process ``pid`` is ending but not reaped yet: killed, its exit under way
     (the kernel closing a switch's packet sockets can take it a good part of a second)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return fields[0] in ("Z", "X") or bool(int(fields[6]) & 0x4)  # PF_EXITING
-    except (OSError, IndexError, ValueError):
-        return False
+    fields = _stat(pid)
+    return len(fields) > 6 and (fields[0] in ("Z", "X") or bool(int(fields[6]) & 0x4))  # PF_EXITING
 
 
 class SwitchProcess:
