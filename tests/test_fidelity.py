@@ -176,6 +176,29 @@ def test_a_bottleneck_that_changes_direction_still_binds_the_job():
     assert f["verdict"] == "network-bound"
 
 
+def test_a_burst_past_the_rate_counts_as_busy_not_more():
+    """h1's link idles and bursts in turn, half a second each: it carries 1.3 times
+    its rate while it bursts (a shaper lets a link that idled through faster for a
+    moment). It was busy 0.5 + 0.3 + 0.5 s of the 2.3 s transfer, and a link is at
+    most busy all the time: the load is 1.3 / 2.3, not 1.3 times that."""
+    def carried(t):  # bytes by time t: 1.3 x 125,000 B/s in [10, 10.5), [11, 11.5), ...
+        whole, part = divmod(t - 10.0, 1.0)
+        return 1.3 * 125_000 * (0.5 * whole + min(part, 0.5)) if t > 10.0 else 0.0
+    rows = [{"time": t, "interface": "s1-eth1", "bytes_sent": 0, "bytes_recv": carried(t)}
+            for t in TIMES]
+    machine, procs = cpu_rows(0.0)
+    f = judge(bw=1.0, data={"link": rows, "cpu": machine, "proc": procs})
+    assert f["busiest_direction"]["utilisation"] == pytest.approx(1.3 * 1.3 / 2.3)
+    assert f["link_load"] == pytest.approx(1.3 / 2.3)
+    assert f["link_load_mbit_s"] == pytest.approx(1.3 / 2.3)
+    steady = [{"time": t, "interface": "s1-eth1", "bytes_sent": 0,
+               "bytes_recv": 150_000 * (t - 9.5)} for t in TIMES]  # 1.2 Mbit/s on 1
+    f = judge(bw=1.0, data={"link": steady, "cpu": machine, "proc": procs})
+    assert f["link_load"] == pytest.approx(1.0)
+    assert f["verdict"] == "network-bound"
+    assert "100% of 1 Mbit/s" in f["reason"]
+
+
 @pytest.mark.parametrize("share, saturated, expected", [
     (0.9, False, "network-bound"), (0.95, True, "network-bound"),
     (0.8999, True, "mixed"), (0.75, True, "mixed"), (0.7499, True, "cpu-bound"),

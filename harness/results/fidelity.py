@@ -13,8 +13,10 @@ last worker's last chunk dequantized.
   is busy towards the server while it gathers and from it while it scatters. So the
   transfer time is cut at every link sample (100 ms apart), the busiest direction of
   each piece is that piece's bottleneck, and the **link load** is the bytes the
-  bottlenecks carried / (link rate x transfer time). With one steady bottleneck it is
-  that link's utilisation. Counters are interpolated linearly between samples; a
+  bottlenecks carried / (link rate x transfer time), a piece counting at most its
+  rate x length (the shaper's burst lets a link that idled carry more for a moment,
+  and a link is busy at most all the time). With one steady bottleneck it is that
+  link's utilisation. Counters are interpolated linearly between samples; a
   verdict on fewer than 10 link samples (a transfer under a second) says it is coarse.
 * **CPU**: the busy share of all cores (``/proc/stat``; niced work is left out, it
   yields to the run; on a cluster, each server's from its own sampler, and the
@@ -152,7 +154,10 @@ def link_load(link_rows: list[dict], interfaces: dict[str, str], hosts: set[str]
     for piece in (_pieces(counters, intervals) if counters else []):
         carried = {key: c.over([piece]) for key, c in counters.items()}
         top = max(carried, key=carried.get)
-        busy += carried[top]
+        # a direction is at most busy all of a piece: bytes past the rate are the
+        # shaper's burst, spent after an idle spell (HTB lets 15 kB through at once)
+        busy += min(carried[top], rate_mbit * 1e6 / 8 * (piece[1] - piece[0])) \
+            if rate_mbit else carried[top]
         label = f"{top[0]} {top[1]}"
         held[label] = held.get(label, 0.0) + (piece[1] - piece[0]) / span
     samples = max((c.samples_within(intervals) for c in counters.values()), default=0)
