@@ -117,6 +117,9 @@ class Network(Section):
                                     "parameter server) gets at most CORES of CPU time per "
                                     "second, e.g. 0.5 (Mininet's CPULimitedHost, a cgroup CFS "
                                     "quota)", metavar="CORES")
+    tcp_cc: str = option("cubic", "TCP congestion control of every host (the ring, the "
+                         "parameter server, DDP scripts): a name the kernel offers, or "
+                         "system to keep the machine's default", metavar="NAME")
     cluster: str | None = option(None, "spread the network over servers with Mininet's "
                                  "cluster edition: a comma list (localhost,node2,node3) or "
                                  "a YAML file (servers, user, pinned nodes); see README "

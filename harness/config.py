@@ -50,6 +50,14 @@ def _in_switch_modes() -> str:
     return " or ".join(name for name in MODES.names() if MODES.get(name).in_switch)
 
 
+def tcp_congestion_controls() -> list[str]:
+    """The TCP congestion controls this kernel offers (none known: empty)."""
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    except OSError:
+        return []
+
+
 class PoolError(ConfigError):
     """The jobs ask for more aggregator slots than the run's pool holds."""
 
@@ -154,6 +162,11 @@ class RunConfig(Settings):
         if net.host_cpu is not None and not 0.01 <= net.host_cpu <= cores:
             raise ConfigError(f"--host-cpu {net.host_cpu}: cores of CPU time per second, "
                               f"from 0.01 to the machine's {cores}")
+        offered = tcp_congestion_controls()
+        if net.tcp_cc != "system" and (not re.fullmatch(r"[a-z0-9_]{1,15}", net.tcp_cc)
+                                       or offered and net.tcp_cc not in offered):
+            raise ConfigError(f"--tcp-cc {net.tcp_cc}: this kernel offers "
+                              f"{', '.join(offered)} (or system: the machine's default)")
         if net.levels not in (1, 2):
             raise ConfigError(f"--levels {net.levels}: 1 (one aggregating switch per job) "
                               "or 2 (the workers' own switches aggregate below it)")

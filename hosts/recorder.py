@@ -27,12 +27,15 @@ RECORDER = "qaina_bench.hosts.recorder"
 RECORDER_VERSION = 1
 
 #: trace sets the experiments use that are recorded on first use, not shipped (``record``
-#: options; a few seconds each on 2 cores, 12 MB and 39 MB as float16)
+#: options; a few seconds each on 2 cores, 12 MB, 39 MB and 78 MB as float16)
 RECIPES = {
     "digits-mlp-wide": dict(model="mlp", hidden=(512, 256), workers=8, iterations=6,
                             learning_rate=0.1, dtype="float16"),
     "digits-mlp-1m": dict(model="mlp", hidden=(1024, 1024), workers=4, iterations=6,
                           learning_rate=0.1, dtype="float16"),
+    # the same model for 8 workers: the links figure (experiments/links.yaml)
+    "digits-mlp-1m-8w": dict(model="mlp", hidden=(1024, 1024), workers=8, iterations=6,
+                             learning_rate=0.1, dtype="float16"),
     # needs PyTorch (docs/compression.md, "Relative error on a real-size trace")
     "digits-resnet": dict(model="resnet", width=24, workers=8, iterations=12,
                           learning_rate=0.05, dtype="float16"),

@@ -42,6 +42,7 @@ def run_cli(*args):
     (["up", "--jobs", "17"], "the switch holds 1..16 jobs"),
     (["up", "--host-cpu", "0"], "--host-cpu 0.0: cores of CPU time per second"),
     (["up", "--host-cpu", "64"], "from 0.01 to the machine's"),
+    (["up", "--tcp-cc", "no;such"], "--tcp-cc no;such: this kernel offers"),
     (["up", "--bw", "2000"], "--bw 2000.0: link bandwidth in Mbit/s, from 0.001 to 1000"),
     (["up", "--bw", "1e-7"], "--bw 1e-07: link bandwidth in Mbit/s, from 0.001 to 1000"),
     (["up", "--bw", "nan"], "bw is nan, which is not a finite number"),

@@ -210,4 +210,5 @@ def test_the_recorder_defaults_are_the_trees():
             defaults["width"]) == (t.lr, t.hidden, t.batch_size, t.width)
     # The recipes keep the learning rate their sets were recorded with.
     assert {n: r["learning_rate"] for n, r in RECIPES.items()} == {
-        "digits-mlp-wide": 0.1, "digits-mlp-1m": 0.1, "digits-resnet": 0.05}
+        "digits-mlp-wide": 0.1, "digits-mlp-1m": 0.1, "digits-mlp-1m-8w": 0.1,
+        "digits-resnet": 0.05}

@@ -283,6 +283,37 @@ def test_ring_all_reduce_baseline_is_exact_over_the_same_fabric(tmp_path):
     assert all(int(r["bytes_sent"]) >= 2 * 3 / 4 * words for r in rows)
 
 
+def _congestion_controls(bed, host: str) -> tuple[str, str]:
+    """``host``'s default TCP congestion control, and that of a socket made there."""
+    probe = ("import socket; s = socket.socket(); print(s.getsockopt(socket.IPPROTO_TCP, "
+             "socket.TCP_CONGESTION, 16).rstrip(bytes(1)).decode())")
+    node = bed.host(host)
+    return (node.cmd("sysctl -n net.ipv4.tcp_congestion_control").strip(),
+            node.cmd(f"python3 -c '{probe}'").strip())
+
+
+def test_every_host_runs_the_tcp_congestion_control_asked_whatever_the_machines(tmp_path):
+    """The TCP baselines' congestion control is the run's (--tcp-cc, cubic by default),
+    not whatever this machine defaults to; ``system`` keeps the machine's."""
+    from qaina_bench.harness.running.network import Testbed
+    from qaina_bench.harness.running.record import RunRecord
+    from qaina_bench.topologies.star import StarTopo
+    machine = open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip()
+    other = "reno" if machine != "reno" else "cubic"
+    for asked, expected in ((other, other), ("system", machine)):
+        (tmp_path / asked).mkdir()
+        bed = Testbed(StarTopo(hosts=2), "embedded", tmp_path / asked,
+                      RunRecord(f"tcpcc-{asked}", tmp_path), tcp_cc=asked)
+        try:
+            bed.start()
+            for h in ("h1", "h2"):
+                assert _congestion_controls(bed, h) == (expected, expected), (asked, h)
+        finally:
+            bed.stop()
+    assert open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip() == machine
+    assert RunConfig.flat().network.tcp_cc == "cubic"
+
+
 @pytest.mark.parametrize("words", [64, 256])
 def test_larger_payload_builds_aggregate_exactly(tmp_path, target, words, capfd):
     """A run on the 64- or 256-word build of qaina.p4: every chunk exact, and the

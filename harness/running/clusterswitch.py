@@ -18,7 +18,8 @@ import sys
 from ..switches.firewall import FirewallError
 from ..switches.targets import TargetError, make_target
 from .cluster import ClusterNode, Server, each_then_first_failure
-from .network import QainaSwitch, quiet_interface
+from .hoststack import quiet_interface
+from .network import QainaSwitch
 from .remotebmv2 import RemoteBMv2Target
 from .remoteguard import RemoteP4RuntimeGuard, harness_address
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import threading
 import time
 from collections import deque
@@ -30,6 +29,7 @@ from ...p4.header import FALLBACK_WORKER, QAINA_WORDS
 from ..switches.control import SwitchConnection
 from .clusternet import ClusterParts
 from .cpulimit import LimitedHost, cgroup_dirs, process_cgroups
+from .hoststack import configure_host, quiet_interface
 from .linkloss import apply_loss, remove_table
 from .mininetlog import LinkError, MininetLog
 from ..switches.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, free_copies,
@@ -46,13 +46,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def quiet_interface(ifname: str, run=subprocess.run):
-    """No IPv6 chatter and no checksum/segmentation offloads on a testbed interface."""
-    run(["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"], capture_output=True)
-    run(["ethtool", "-K", ifname, "tx", "off", "rx", "off", "tso", "off", "gso", "off",
-         "gro", "off"], capture_output=True)
 
 
 class QainaSwitch(Switch):
@@ -114,8 +107,10 @@ class Testbed(ClusterParts):
 
     def __init__(self, topo, target: str, log_dir: Path, record: RunRecord,
                  nft_loss: float | None = None, log_packets: bool = False,
-                 words: int = QAINA_WORDS, host_cpu: float | None = None, cluster=None):
+                 words: int = QAINA_WORDS, host_cpu: float | None = None, cluster=None,
+                 tcp_cc: str = "cubic"):
         self.topo = topo
+        self.tcp_cc = tcp_cc  # every host's TCP congestion control (hoststack.py)
         self.cluster = cluster  # the servers (harness/running/cluster.py), None: this one
         self.host_cpu = host_cpu  # cores of CPU time per second each host may use
         self.words = words  # payload words of the qaina.p4 build every switch runs
@@ -173,9 +168,7 @@ class Testbed(ClusterParts):
             (self.log_dir / "placement.json").write_text(json.dumps(self.placement(), indent=1))
         self.net.start()
         for h in self.net.hosts:
-            h.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
-            for intf in h.intfList():
-                quiet_interface(intf.name, run=lambda cmd, **kw: h.cmd(" ".join(cmd)))
+            configure_host(h, self.tcp_cc)
         if self.nft_loss:
             self.record.add_nft_table("netdev", self.loss_table)
             for server in self._loss_servers():

@@ -199,7 +199,8 @@ class Run:
         self._start_starter(topo)
         self.testbed = Testbed(topo, net.target, self.writer.log_dir, self.record, nft_loss,
                                log_packets=cfg.output.switch_log, words=net.payload_words,
-                               host_cpu=net.host_cpu, cluster=self.cluster)
+                               host_cpu=net.host_cpu, cluster=self.cluster,
+                               tcp_cc=net.tcp_cc)
         with deferred_signals():
             self.testbed.start()
         self._start_capture()
