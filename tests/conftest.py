@@ -193,7 +193,7 @@ class SwitchLab:
         """A new primary connection (after the old one was closed)."""
         self.conn = SwitchConnection("s1", self.target.grpc_addr, 1, p4info=self.p4info,
                                      election_id=(1, 0))
-        self.conn.arbitrate()
+        self.conn.arbitrate(held_for=5)  # the closed one's id, until the server sees it go
 
     def reset(self, quiet: float = 0.05, longest: float = 2.0):
         """A fresh pipeline: empty tables, zero registers and counters; then the ports

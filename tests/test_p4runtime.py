@@ -138,6 +138,24 @@ def test_an_election_id_in_use_is_refused(fresh):
                       "MyIngress.accept_qaina")  # still the primary
 
 
+def test_an_election_id_is_taken_over_once_its_stream_has_gone(fresh):
+    """A controller coming back with its closed connection's election id: refused while
+    the server still holds the old stream, primary once it has let it go."""
+    twin = SwitchConnection("twin", fresh.target.grpc_addr, 1, election_id=fresh.conn.election_id)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ControlError, match="INVALID_ARGUMENT"):
+            twin.arbitrate(held_for=0.3)
+        assert time.monotonic() - started >= 0.3  # it tried again meanwhile
+        threading.Timer(0.3, fresh.conn.close).start()
+        twin.arbitrate(held_for=10)
+        twin.insert("MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": 32},
+                    "MyIngress.accept_qaina")  # the primary now
+    finally:
+        twin.close()
+        fresh.reconnect()
+
+
 def test_only_the_primary_writes_and_foreign_programs_are_refused(fresh):
     backup = SwitchConnection("backup", fresh.target.grpc_addr, 1, election_id=(0, 7))
     try:
@@ -183,7 +201,7 @@ def test_the_request_log_keeps_what_a_switch_refused(fresh, tmp_path):
     fresh.conn.close()
     fresh.conn = SwitchConnection("s1", fresh.target.grpc_addr, 1, election_id=(1, 0),
                                   log_path=log)
-    fresh.conn.arbitrate()
+    fresh.conn.arbitrate(held_for=5)
     fresh.conn.insert("MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": 41},
                       "MyIngress.accept_qaina")
     with pytest.raises(ControlError, match="ALREADY_EXISTS"):

@@ -145,6 +145,11 @@ def _stamp() -> str:
 CHANNEL_OPTIONS = [("grpc.max_metadata_size", 64 << 20)]
 
 
+class _ElectionIdHeld(Exception):
+    """The server refused a stream's arbitration as INVALID_ARGUMENT (its election id
+    held by another live stream)."""
+
+
 class SwitchConnection:
     """A primary P4Runtime client of one switch; with ``log_path``, every request and
     response goes to that file (``RequestLog``)."""
@@ -180,30 +185,49 @@ class SwitchConnection:
             return exc.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED,
                                       grpc.StatusCode.UNAVAILABLE)
 
-    def arbitrate(self, timeout: float = 5.0):
-        """Open the stream channel and become primary."""
-        def requests():
+    def arbitrate(self, timeout: float = 5.0, held_for: float = 0.0):
+        """Open the stream channel and become primary. ``held_for``: seconds to try again
+        while the server refuses this election id as another live stream's (one of ours
+        just closed that it has not yet seen go: the spec's INVALID_ARGUMENT)."""
+        again_until = time.monotonic() + held_for
+        while True:
+            try:
+                return self._arbitrate_once(timeout)
+            except _ElectionIdHeld as exc:
+                self._end_stream()
+                if time.monotonic() >= again_until:
+                    raise ControlError(f"{self.name}: stream channel failed: {exc}") from None
+                time.sleep(0.05)
+
+    def _arbitrate_once(self, timeout: float):
+        self._requests, self._responses = queue.Queue(), queue.Queue()
+        requests, responses = self._requests, self._responses
+
+        def outgoing():
             while True:
-                msg = self._requests.get()
+                msg = requests.get()
                 if msg is None:
                     return
                 yield msg
 
-        self._stream = self.stub.StreamChannel(requests())
-        threading.Thread(target=self._pump, daemon=True, name=f"p4rt-{self.name}").start()
+        self._stream = stream = self.stub.StreamChannel(outgoing())
+        threading.Thread(target=self._pump, args=(stream, responses), daemon=True,
+                         name=f"p4rt-{self.name}").start()
         req = p4runtime_pb2.StreamMessageRequest()
         req.arbitration.device_id = self.device_id
         req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
         if self.log is not None:
             self.log.write(">", "StreamChannel", req)
-        self._requests.put(req)
+        requests.put(req)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                msg = self._responses.get(timeout=max(0.01, deadline - time.monotonic()))
+                msg = responses.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
                 break
             if isinstance(msg, grpc.RpcError):
+                if msg.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    raise _ElectionIdHeld(_describe(msg))
                 raise ControlError(f"{self.name}: stream channel failed: {_describe(msg)}")
             if msg.HasField("arbitration"):
                 if self.log is not None:
@@ -216,18 +240,23 @@ class SwitchConnection:
                 raise ControlError(f"{self.name}: {msg.error.message}")
         raise ControlError(f"{self.name}: no arbitration answer within {timeout:.0f} s")
 
-    def _pump(self):
+    @staticmethod
+    def _pump(stream, responses: queue.Queue):
         try:
-            for msg in self._stream:
-                self._responses.put(msg)
+            for msg in stream:
+                responses.put(msg)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
-                self._responses.put(exc)
+                responses.put(exc)
 
-    def close(self):
+    def _end_stream(self):
         self._requests.put(None)
         if self._stream is not None:
             self._stream.cancel()
+            self._stream = None
+
+    def close(self):
+        self._end_stream()
         self.channel.close()
         if self.log is not None:
             self.log.close()
