@@ -117,9 +117,10 @@ class Network(Section):
                                     "parameter server) gets at most CORES of CPU time per "
                                     "second, e.g. 0.5 (Mininet's CPULimitedHost, a cgroup CFS "
                                     "quota)", metavar="CORES")
-    tcp_cc: str = option("cubic", "TCP congestion control of every host (the ring, the "
-                         "parameter server, DDP scripts): a name the kernel offers, or "
-                         "system to keep the machine's default", metavar="NAME")
+    tcp_cc: str = option("cubic", "TCP congestion control of the ring's and the parameter "
+                         "server's connections (and of a DDP script's where the kernel "
+                         "allows): a name the kernel offers, or system to keep the "
+                         "machine's default", metavar="NAME")
     cluster: str | None = option(None, "spread the network over servers with Mininet's "
                                  "cluster edition: a comma list (localhost,node2,node3) or "
                                  "a YAML file (servers, user, pinned nodes); see README "

@@ -237,7 +237,8 @@ class Agent:
                    lanes=self.fmt.lanes, lane_width=self.fmt.width, elements=self.elements,
                    window=cfg.slots, trace=self.source.name, compress=cfg.run.compression.compress,
                    payload_words=self.wire.words, packed=self.fmt.packed,
-                   quantizer=cfg.run.compression.quantizer)
+                   quantizer=cfg.run.compression.quantizer,
+                   tcp_congestion=self.collective.tcp_congestion)
         if cfg.start_file:
             try:
                 self.collective.start(wait_for_start(cfg.start_file, cfg.start_timeout))

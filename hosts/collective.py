@@ -67,6 +67,7 @@ class Collective:
     bytes_sent = 0
     bytes_received = 0
     retransmissions = 0
+    tcp_congestion: str | None = None  # the TCP congestion control of its connections
 
     def connect(self, timeout: float):
         """Reach the job's peers or servers; nothing to do by default."""
@@ -97,6 +98,7 @@ class HostCollective(Collective):
     bytes_sent = property(lambda self: self.transport.bytes_sent)
     bytes_received = property(lambda self: self.transport.bytes_received)
     retransmissions = property(lambda self: self.transport.retransmissions)  # TCP's
+    tcp_congestion = property(lambda self: self.transport.tcp_congestion)
 
     def all_reduce(self, values, codec, predicted=None) -> Aggregated:
         n = len(values)
@@ -227,15 +229,17 @@ class SwitchCollective(Collective):
 @dataclass(frozen=True)
 class ServerHost:
     """The host a mode adds to every job (after its workers) and what runs there:
-    ``python -m MODULE PORT WORKERS``, serving until the job's workers are done."""
+    ``python -m MODULE PORT WORKERS CONGESTION``, serving until the job's workers are
+    done (CONGESTION: the run's TCP congestion control, ``--tcp-cc``)."""
 
     label: str  # what it is called in messages: "parameter server"
     short: str  # process names (ps1, ps2, ...) and its CPU component
     module: str
     port: int
 
-    def argv(self, workers: int) -> list[str]:
-        return ["-m", self.module, str(self.port), str(workers)]
+    def argv(self, workers: int, congestion: str | None) -> list[str]:
+        return ["-m", self.module, str(self.port), str(workers)] + (
+            [congestion] if congestion else [])
 
 
 @dataclass(frozen=True)
@@ -253,17 +257,25 @@ class Mode:
 MODES: Registry[Mode] = Registry("mode", "qaina_bench.modes")
 
 
+def tcp_congestion(run) -> str | None:
+    """The TCP congestion control a run's baselines use (``--tcp-cc``; None: each
+    host's default)."""
+    return None if run.network.tcp_cc == "system" else run.network.tcp_cc
+
+
 def _ring(cfg, log) -> Collective:
     if not cfg.ring_peers or len(cfg.ring_peers) != cfg.run.workload.workers:
         raise CollectiveError("ring mode needs the addresses of all the job's workers")
-    return HostCollective(Ring(cfg.worker, [(a, cfg.ring_port) for a in cfg.ring_peers]),
+    return HostCollective(Ring(cfg.worker, [(a, cfg.ring_port) for a in cfg.ring_peers],
+                               tcp_congestion(cfg.run)),
                           cfg.run.compression.quantizer == "none")
 
 
 def _ps(cfg, log) -> Collective:
     if not cfg.ps_address:
         raise CollectiveError("ps mode needs the address of the job's parameter server")
-    return HostCollective(PSClient(cfg.worker, (cfg.ps_address, cfg.ps_port)),
+    return HostCollective(PSClient(cfg.worker, (cfg.ps_address, cfg.ps_port),
+                                   tcp_congestion(cfg.run)),
                           cfg.run.compression.quantizer == "none")
 
 

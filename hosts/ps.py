@@ -8,8 +8,9 @@ once, so its link carries n vectors in and n out while each worker's carries one
 each way. The reduction is the switch's: wrapping 32-bit addition of packed words
 (or float addition for fp32, the maximum for the scale exponents).
 
-Run the server as ``python -m qaina_bench.hosts.ps PORT WORKERS``; it serves until
-every worker has closed its connection.
+Run the server as ``python -m qaina_bench.hosts.ps PORT WORKERS [CONGESTION]``; it
+serves until every worker has closed its connection. Every connection uses the TCP
+congestion control CONGESTION (the run's ``--tcp-cc``; by default the host's).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 
 import numpy as np
 
-from .ring import connect_until, tcp_retransmissions
+from .ring import congestion_control, connect_until, tcp_retransmissions, tcp_socket
 
 PS_PORT = 20803
 SEGMENT = 64 * 1024  # bytes the server reduces at a time
@@ -48,10 +49,11 @@ def _recv_exact(sock: socket.socket, view: memoryview, what: str):
 
 class PSClient:
     """A worker's connection to its job's parameter server (``all_reduce`` like
-    ``Ring.all_reduce``)."""
+    ``Ring.all_reduce``) using the TCP congestion control ``congestion``."""
 
-    def __init__(self, worker: int, server: tuple[str, int]):
+    def __init__(self, worker: int, server: tuple[str, int], congestion: str | None = None):
         self.worker = worker
+        self.congestion = congestion
         self.server = (str(server[0]), int(server[1]))
         self.sock: socket.socket | None = None
         self.bytes_sent = 0
@@ -59,7 +61,7 @@ class PSClient:
 
     def connect(self, timeout: float = 60.0):
         self.sock = connect_until(self.server, time.monotonic() + timeout, PSError,
-                                  "the parameter server")
+                                  "the parameter server", self.congestion)
         self.sock.settimeout(None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.sendall(struct.pack("!I", self.worker))
@@ -97,6 +99,11 @@ class PSClient:
         """TCP segments retransmitted on the way to the server."""
         return tcp_retransmissions(self.sock)
 
+    @property
+    def tcp_congestion(self) -> str | None:
+        """The congestion control of the connection to the server."""
+        return congestion_control(self.sock)
+
     def close(self):
         if self.sock is not None:
             self.sock.close()
@@ -104,11 +111,13 @@ class PSClient:
 
 class ParameterServer:
     """The server of one job: accepts ``workers`` connections, then reduces every
-    request they make together until they close."""
+    request they make together until they close; every connection uses the TCP
+    congestion control ``congestion`` (None: the host's default)."""
 
-    def __init__(self, port: int, workers: int, host: str = "0.0.0.0"):
+    def __init__(self, port: int, workers: int, host: str = "0.0.0.0",
+                 congestion: str | None = None):
         self.workers = workers
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener = tcp_socket(congestion, PSError)  # accepted sockets inherit it
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind((host, port))
         self.listener.listen(workers)
@@ -178,14 +187,21 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         port, workers = int(argv[0]), int(argv[1])
-        if not 1 <= workers <= 32 or not 0 < port < 65536:
+        congestion = argv[2] if len(argv) == 3 else None
+        if not 1 <= workers <= 32 or not 0 < port < 65536 or len(argv) > 3:
             raise ValueError
     except (IndexError, ValueError):
-        print("usage: python -m qaina_bench.hosts.ps PORT WORKERS (1..32)", file=sys.stderr)
+        print("usage: python -m qaina_bench.hosts.ps PORT WORKERS (1..32) [CONGESTION]",
+              file=sys.stderr)
         return 2
-    server = ParameterServer(port, workers)
+    try:
+        server = ParameterServer(port, workers, congestion=congestion)
+    except (PSError, OSError) as exc:
+        print(f"parameter server: {exc}", file=sys.stderr)
+        return 1
     try:
         server.accept()
+        tcp = congestion_control(*server.conns)
         server.serve()
     except (PSError, OSError) as exc:
         print(f"parameter server: {exc}", file=sys.stderr)
@@ -194,7 +210,8 @@ def main(argv=None) -> int:
         return 130
     finally:
         server.close()
-    print(f"parameter server: {server.reductions} reductions for {workers} workers")
+    print(f"parameter server: {server.reductions} reductions for {workers} workers "
+          f"(TCP congestion control {tcp})")
     return 0
 
 

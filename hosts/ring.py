@@ -9,6 +9,11 @@ vector. The switches only route: the same fabric, no in-network aggregation.
 With packed lanes the reduction is the switch's: wrapping 32-bit addition of words,
 exact in the integer domain; scales are agreed first with a max all-reduce of the
 chunks' exponents.
+
+Every TCP socket of the baselines is made by ``tcp_socket`` with the run's congestion
+control (``--tcp-cc``), set on the socket itself: a privileged process may pick any
+algorithm the kernel has that way, where a network namespace's default may only be
+one of ``net.ipv4.tcp_allowed_congestion_control``.
 """
 
 from __future__ import annotations
@@ -41,13 +46,44 @@ def tcp_retransmissions(sock: socket.socket | None) -> int:
     return struct.unpack_from("I", info, _TOTAL_RETRANS)[0] if len(info) >= 104 else 0
 
 
-def connect_until(address: tuple[str, int], deadline: float, error, what: str) -> socket.socket:
-    """A TCP connection to ``address``, retried until ``deadline`` (monotonic); raises
-    ``error`` naming ``what`` when it cannot be had."""
-    while True:
+def tcp_socket(congestion: str | None, error=OSError) -> socket.socket:
+    """A TCP socket using the congestion control ``congestion`` (None: the host's
+    default); raises ``error`` when the kernel refuses it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if congestion:
         try:
-            return socket.create_connection(address, timeout=2)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion.encode())
         except OSError as exc:
+            sock.close()
+            raise error(f"TCP congestion control {congestion!r} refused: {exc.strerror}; "
+                        "see /proc/sys/net/ipv4/tcp_available_congestion_control") from None
+    return sock
+
+
+def congestion_control(*socks: socket.socket | None) -> str | None:
+    """The congestion control the open ones of ``socks`` use, comma-separated where
+    they differ; None for none open."""
+    names = set()
+    for sock in socks:
+        if sock is not None and sock.fileno() >= 0:
+            raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+            names.add(raw.split(bytes(1))[0].decode())
+    return ",".join(sorted(names)) or None
+
+
+def connect_until(address: tuple[str, int], deadline: float, error, what: str,
+                  congestion: str | None = None) -> socket.socket:
+    """A TCP connection to ``address`` using the congestion control ``congestion``,
+    retried until ``deadline`` (monotonic); raises ``error`` naming ``what`` when it
+    cannot be had."""
+    while True:
+        sock = tcp_socket(congestion, error)
+        try:
+            sock.settimeout(2)
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            sock.close()
             if time.monotonic() > deadline:
                 raise error(f"cannot reach {what} at {address[0]}:{address[1]}: {exc}") from None
             time.sleep(0.05)
@@ -55,16 +91,19 @@ def connect_until(address: tuple[str, int], deadline: float, error, what: str) -
 
 class Ring:
     """This worker's place in a ring of ``len(peers)`` workers; ``peers`` are the
-    workers' (address, TCP port) in ring order."""
+    workers' (address, TCP port) in ring order; its connections use the TCP congestion
+    control ``congestion`` (None: the host's default)."""
 
-    def __init__(self, worker: int, peers: list[tuple[str, int]]):
+    def __init__(self, worker: int, peers: list[tuple[str, int]],
+                 congestion: str | None = None):
         self.worker = worker
         self.peers = [(str(a), int(p)) for a, p in peers]
         self.n = len(peers)
         self.next_sock = self.prev_sock = None
         self.bytes_sent = 0
         self.bytes_received = 0
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.congestion = congestion
+        self.listener = tcp_socket(congestion, RingError)  # accepted sockets inherit it
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("0.0.0.0", self.peers[worker][1]))
         self.listener.listen(1)
@@ -75,7 +114,8 @@ class Ring:
             return
         target = self.peers[(self.worker + 1) % self.n]
         deadline = time.monotonic() + timeout
-        self.next_sock = connect_until(target, deadline, RingError, "the next worker")
+        self.next_sock = connect_until(target, deadline, RingError, "the next worker",
+                                       self.congestion)
         self.listener.settimeout(max(1.0, deadline - time.monotonic()))
         try:
             self.prev_sock, _ = self.listener.accept()
@@ -137,6 +177,11 @@ class Ring:
     def retransmissions(self) -> int:
         """TCP segments retransmitted on the way to the next worker."""
         return tcp_retransmissions(self.next_sock)
+
+    @property
+    def tcp_congestion(self) -> str | None:
+        """The congestion control of the connections to both neighbours."""
+        return congestion_control(self.next_sock, self.prev_sock)
 
     def close(self):
         for s in (self.next_sock, self.prev_sock, self.listener):

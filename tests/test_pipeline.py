@@ -116,5 +116,6 @@ def test_the_built_in_modes_are_registered_with_their_harness_data():
     ina, ring, ps = (MODES.get(m) for m in ("ina", "ring", "ps"))
     assert ina.in_switch and not ring.in_switch and not ps.in_switch
     assert ps.server is not None and ring.server is None and ina.server is None
-    assert ps.server.argv(4)[-2:] == [str(ps.server.port), "4"]
+    assert ps.server.argv(4, None)[-2:] == [str(ps.server.port), "4"]
+    assert ps.server.argv(4, "cubic")[-3:] == [str(ps.server.port), "4", "cubic"]
     assert not ina.float_sums and ring.float_sums and ps.float_sums

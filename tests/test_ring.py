@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from conftest import free_port
-from qaina_bench.hosts.ring import Ring
+from qaina_bench.hosts.ring import Ring, RingError, tcp_socket
 
 
-def run_ring(vectors, op):
+def run_ring(vectors, op, congestion=None):
     n = len(vectors)
     peers = [("127.0.0.1", free_port()) for _ in range(n)]
-    rings = [Ring(k, peers) for k in range(n)]
+    rings = [Ring(k, peers, congestion) for k in range(n)]
     out, errors = [None] * n, []
 
     def worker(k):
@@ -29,10 +29,11 @@ def run_ring(vectors, op):
         t.start()
     for t in threads:
         t.join(30)
+    said = [r.tcp_congestion for r in rings]
     for r in rings:
         r.close()
     assert not errors, errors
-    return out, rings
+    return out, rings, said
 
 
 @pytest.mark.parametrize("n, length", [(1, 10), (2, 7), (4, 1000), (5, 3)])
@@ -40,7 +41,7 @@ def test_ring_sums_wrap_like_the_switch(n, length):
     rng = np.random.default_rng(n)
     vectors = [rng.integers(0, 2**32, length, dtype=np.uint64).astype(np.uint32)
                for _ in range(n)]
-    out, rings = run_ring(vectors, np.add)
+    out, rings, _ = run_ring(vectors, np.add)
     expected = (np.sum(np.array(vectors, dtype=np.uint64), axis=0) % 2**32).astype(np.uint32)
     for k in range(n):
         assert np.array_equal(out[k], expected)
@@ -51,6 +52,22 @@ def test_ring_sums_wrap_like_the_switch(n, length):
 def test_ring_maximum_of_exponents():
     vectors = [np.array([-3, 5, -100, 7], dtype=np.int8), np.array([2, -1, -90, 7], dtype=np.int8),
                np.array([0, 0, -100, -7], dtype=np.int8)]
-    out, _ = run_ring(vectors, np.maximum)
+    out, _, _ = run_ring(vectors, np.maximum)
     for k in range(3):
         assert out[k].tolist() == [2, 5, -90, 7]
+
+
+def test_ring_connections_use_the_congestion_control_asked():
+    """Both of a worker's connections (the one it makes, the one it accepts) use the
+    congestion control given: reno, which every Linux has and none defaults to."""
+    vectors = [np.arange(4, dtype=np.uint32) for _ in range(3)]
+    _, _, said = run_ring(vectors, np.add, congestion="reno")
+    assert said == ["reno"] * 3
+    _, _, said = run_ring(vectors, np.add)
+    default = open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip()
+    assert said == [default] * 3
+
+
+def test_an_unknown_congestion_control_is_one_clear_error():
+    with pytest.raises(RingError, match="TCP congestion control 'nosuch' refused: No such file"):
+        tcp_socket("nosuch", RingError)

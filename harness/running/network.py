@@ -108,9 +108,10 @@ class Testbed(ClusterParts):
     def __init__(self, topo, target: str, log_dir: Path, record: RunRecord,
                  nft_loss: float | None = None, log_packets: bool = False,
                  words: int = QAINA_WORDS, host_cpu: float | None = None, cluster=None,
-                 tcp_cc: str = "cubic"):
+                 host_tcp_cc: str | None = None):
         self.topo = topo
-        self.tcp_cc = tcp_cc  # every host's TCP congestion control (hoststack.py)
+        self.host_tcp_cc = host_tcp_cc  # the hosts' default TCP congestion control
+        self.stack_refusals: list[str] = []  # what the hosts' kernels refused of it
         self.cluster = cluster  # the servers (harness/running/cluster.py), None: this one
         self.host_cpu = host_cpu  # cores of CPU time per second each host may use
         self.words = words  # payload words of the qaina.p4 build every switch runs
@@ -167,8 +168,8 @@ class Testbed(ClusterParts):
         if self.cluster is not None:  # where every node ran, next to the logs
             (self.log_dir / "placement.json").write_text(json.dumps(self.placement(), indent=1))
         self.net.start()
-        for h in self.net.hosts:
-            configure_host(h, self.tcp_cc)
+        refused = [configure_host(h, self.host_tcp_cc) for h in self.net.hosts]
+        self.stack_refusals = [r for r in refused if r][:1]
         if self.nft_loss:
             self.record.add_nft_table("netdev", self.loss_table)
             for server in self._loss_servers():

@@ -1,10 +1,9 @@
 """One run of the testbed: network up, jobs programmed, agents launched, switch state
 sampled, everything torn down, results written.
 
-``Run.execute`` is what ``qaina-bench up`` and ``qaina-bench run`` call. Whatever
-happens (an error, Ctrl-C), the network, the switches and the agents are removed and
-what was measured is written to ``results/<run-id>/``, marked incomplete if the run
-did not finish.
+``Run.execute`` is what ``qaina-bench up`` and ``qaina-bench run`` call. Whatever happens
+(an error, Ctrl-C), the network, the switches and the agents are removed and what was
+measured is written to ``results/<run-id>/``, marked incomplete if it did not finish.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from ...hosts import kernels
 from ...hosts.agent import AgentConfig
 from ...hosts.fallback import FallbackConfig
 from ...hosts.lanes import LaneFormat
-from ..modes import mode_of
+from ..modes import mode_of, tcp_congestion
 from ...hosts.traces import find_trace
 from ..results.resultset import ResultWriter
 from ...topologies import LinkParams
@@ -200,9 +199,10 @@ class Run:
         self.testbed = Testbed(topo, net.target, self.writer.log_dir, self.record, nft_loss,
                                log_packets=cfg.output.switch_log, words=net.payload_words,
                                host_cpu=net.host_cpu, cluster=self.cluster,
-                               tcp_cc=net.tcp_cc)
+                               host_tcp_cc=tcp_congestion(cfg) if self.script else None)
         with deferred_signals():
             self.testbed.start()
+        self.files.problems += self.testbed.stack_refusals  # warnings of the summary
         self._start_capture()
         self.switch_program = self.testbed.switch_program()
         #: where each embedded switch writes its ports' counters when it stops
@@ -437,7 +437,8 @@ class Run:
             log = self.writer.log_dir / f"{name}.log"
             with deferred_signals(), open(log, "wb") as out:
                 popen = self.testbed.start_process(
-                    host, [sys.executable, *server.argv(job.fmt.workers)], out, log,
+                    host, [sys.executable, *server.argv(job.fmt.workers,
+                                                        tcp_congestion(self.cfg))], out, log,
                     agent_env(), f"{server.label} {name} on {host}")
                 self.server_procs.append((name, popen, log))
 
