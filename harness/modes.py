@@ -4,7 +4,7 @@ from the registry (``settings.py``), so a mode a package registers is a choice a
 
 from __future__ import annotations
 
-from ..hosts.collective import MODES, Mode, tcp_congestion  # noqa: F401 (for the harness)
+from ..hosts.collective import MODES, Mode, congestion_asked  # noqa: F401 (for the harness)
 from ..plugins import PluginError
 
 

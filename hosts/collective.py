@@ -257,7 +257,7 @@ class Mode:
 MODES: Registry[Mode] = Registry("mode", "qaina_bench.modes")
 
 
-def tcp_congestion(run) -> str | None:
+def congestion_asked(run) -> str | None:
     """The TCP congestion control a run's baselines use (``--tcp-cc``; None: each
     host's default)."""
     return None if run.network.tcp_cc == "system" else run.network.tcp_cc
@@ -267,7 +267,7 @@ def _ring(cfg, log) -> Collective:
     if not cfg.ring_peers or len(cfg.ring_peers) != cfg.run.workload.workers:
         raise CollectiveError("ring mode needs the addresses of all the job's workers")
     return HostCollective(Ring(cfg.worker, [(a, cfg.ring_port) for a in cfg.ring_peers],
-                               tcp_congestion(cfg.run)),
+                               congestion_asked(cfg.run)),
                           cfg.run.compression.quantizer == "none")
 
 
@@ -275,7 +275,7 @@ def _ps(cfg, log) -> Collective:
     if not cfg.ps_address:
         raise CollectiveError("ps mode needs the address of the job's parameter server")
     return HostCollective(PSClient(cfg.worker, (cfg.ps_address, cfg.ps_port),
-                                   tcp_congestion(cfg.run)),
+                                   congestion_asked(cfg.run)),
                           cfg.run.compression.quantizer == "none")
 
 

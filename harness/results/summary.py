@@ -223,7 +223,7 @@ def fidelity(job: dict, rows: list[dict], series: dict, cfg, meta: dict) -> dict
                         meta.get("interfaces", {}), cfg.network.bw, processes)
 
 
-def tcp_congestion(agents: list[dict], job_id: int) -> str | None:
+def congestion_reported(agents: list[dict], job_id: int) -> str | None:
     """The TCP congestion control a job's agents found on their connections (the ring,
     the parameter server; None where they have none), comma-separated where it differs."""
     said = {r["tcp_congestion"] for a in agents if a["job"] == job_id for r in a["records"]
@@ -286,7 +286,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         jobs.append(job_summary(job, rows, slot_samples, aggregator, warmups,
                                 cfg.training.target_accuracy))
         jobs[-1]["fidelity"] = fidelity(jobs[-1], rows, by_kind, cfg, meta)
-        jobs[-1]["tcp_congestion_control"] = tcp_congestion(agents, job["job_id"])
+        jobs[-1]["tcp_congestion_control"] = congestion_reported(agents, job["job_id"])
     errors = [r.get("message") for a in agents for r in a["records"] if r.get("type") == "error"]
     summary = {
         "run_id": meta["run_id"],

@@ -21,7 +21,7 @@ from ...hosts import kernels
 from ...hosts.agent import AgentConfig
 from ...hosts.fallback import FallbackConfig
 from ...hosts.lanes import LaneFormat
-from ..modes import mode_of, tcp_congestion
+from ..modes import congestion_asked, mode_of
 from ...hosts.traces import find_trace
 from ..results.resultset import ResultWriter
 from ...topologies import LinkParams
@@ -199,7 +199,7 @@ class Run:
         self.testbed = Testbed(topo, net.target, self.writer.log_dir, self.record, nft_loss,
                                log_packets=cfg.output.switch_log, words=net.payload_words,
                                host_cpu=net.host_cpu, cluster=self.cluster,
-                               host_tcp_cc=tcp_congestion(cfg) if self.script else None)
+                               host_tcp_cc=congestion_asked(cfg) if self.script else None)
         with deferred_signals():
             self.testbed.start()
         self.files.problems += self.testbed.stack_refusals  # warnings of the summary
@@ -438,7 +438,7 @@ class Run:
             with deferred_signals(), open(log, "wb") as out:
                 popen = self.testbed.start_process(
                     host, [sys.executable, *server.argv(job.fmt.workers,
-                                                        tcp_congestion(self.cfg))], out, log,
+                                                        congestion_asked(self.cfg))], out, log,
                     agent_env(), f"{server.label} {name} on {host}")
                 self.server_procs.append((name, popen, log))
 
