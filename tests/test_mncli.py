@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import select
 import shutil
 import signal
@@ -76,10 +75,8 @@ class Session:
         return json.loads((self.dir / "summary.json").read_text())
 
     def signal(self, signum):
-        """Send ``signum`` to the run at its prompt. A signal that comes between the
-        prompt's write and the read of the next line waits for that line (CPython
-        reads standard input without a timeout), so wait for the read to start."""
-        wait_for_stdin_read(self.proc.pid)
+        """Send ``signum`` to the run at its prompt, at once: it may come before the
+        read of the next line has begun, or go to another of the run's threads."""
         self.proc.send_signal(signum)
 
     def kill(self):
@@ -91,26 +88,6 @@ class Session:
                 self.proc.kill()
                 self.proc.wait(10)
                 subprocess.run(CLI + ["clean"], capture_output=True, timeout=120)
-
-
-READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}.get(platform.machine())
-
-
-def wait_for_stdin_read(pid: int, timeout: float = 30.0):
-    """Until the process's main thread is blocked reading its standard input
-    (``/proc/<pid>/syscall``: read, fd 0); half a second where that cannot be seen."""
-    if READ_SYSCALL is None:
-        time.sleep(0.5)
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            fields = Path(f"/proc/{pid}/syscall").read_text().split()
-        except OSError:
-            return
-        if fields[:2] == [READ_SYSCALL, "0x0"]:
-            return
-        time.sleep(0.02)
 
 
 def threads_of(pid: int) -> str:

@@ -8,13 +8,15 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
+import time
 from datetime import datetime
 
 import pytest
 
 from qaina_bench.harness.config import RunConfig
 from qaina_bench.harness.running import network
-from qaina_bench.harness.running.processes import deferred_signals, ignored_signals
+from qaina_bench.harness.running.processes import deferred_signals, ignored_signals, nudged
 from qaina_bench.harness.running.run import build_topology, new_run_id
 
 
@@ -76,6 +78,61 @@ def test_an_ignored_ctrl_c_lets_the_block_finish_and_is_noted():
         ctrl_c()
         ctrl_c()
     assert held.caught == signal.SIGINT and deferred_signals.held_last == signal.SIGINT
+
+
+class Stop(BaseException):
+    pass
+
+
+def _stop(signum, frame):
+    raise Stop
+
+
+def _in_read(tid: int, timeout: float = 10.0) -> None:
+    """Until thread ``tid`` of this process waits in read() (or ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        call = open(f"/proc/self/task/{tid}/syscall").read().split()[:1]
+        if call and call[0] in ("0", "63"):  # read on x86_64, aarch64
+            return
+        time.sleep(0.01)
+
+
+def test_a_signal_another_thread_took_still_ends_a_blocked_read_when_nudged():
+    """The CLI's case: the main thread waits in read() and the SIGTERM went to another
+    thread (here forced: the main thread blocks it), so nothing interrupts the read."""
+    other_ready, other_end = threading.Event(), threading.Event()
+    other = threading.Thread(target=lambda: (other_ready.set(), other_end.wait(60)))
+    other.start()  # SIGTERM unblocked there: the kernel gives it that thread
+    other_ready.wait(10)
+    r, w = os.pipe()
+    wrote = []
+    late = threading.Timer(30, lambda: (wrote.append(1), os.write(w, b"x")))
+    main = threading.get_native_id()
+    kill = threading.Thread(target=lambda: (_in_read(main), os.kill(os.getpid(),
+                                                                    signal.SIGTERM)))
+    previous = signal.signal(signal.SIGTERM, _stop)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        with nudged(signal.SIGTERM) as nudging:
+            late.start()  # without the nudge the read returns only when this writes
+            kill.start()  # once the read below waits
+            with pytest.raises(Stop):
+                os.read(r, 1)
+            assert not wrote
+            assert nudging.owed <= 0  # the handler ran: no more nudges
+        assert signal.getsignal(signal.SIGTERM) is _stop
+    finally:
+        late.cancel()
+        kill.join()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.signal(signal.SIGTERM, previous)
+        other_end.set()
+        other.join()
+        os.close(r)
+        os.close(w)
+    assert signal.getsignal(signal.SIGURG) == signal.SIG_DFL  # restored
+    assert signal.set_wakeup_fd(-1) == -1
 
 
 # -- routes -------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from mininet.cli import CLI
 from mininet.log import output
 
 from ..switches.jobs import free_copies
+from .processes import nudged
 from .record import stop_processes
 
 WHEN = ("before", "after")
@@ -258,7 +259,7 @@ class RunCLI:
         previous = signal.signal(signal.SIGTERM, _terminated)
         terminated = False
         try:
-            with self.testbed.mininet_log.terminal():
+            with self.testbed.mininet_log.terminal(), nudged(signal.SIGTERM, signal.SIGINT):
                 RunShell(self.testbed.net, freshen=self.freshen, noted=self._record,
                          stdin=self.stdin)
         except Terminated:

@@ -3,14 +3,18 @@
 ``AgentProcess`` is one launched agent and the records it has written so far;
 ``deferred_signals`` holds Ctrl-C and SIGTERM until a block that starts or records
 processes is done (``ignored_signals`` drops them during the teardown), so that
-nothing started is ever left unrecorded.
+nothing started is ever left unrecorded; ``nudged`` makes sure a signal's handler runs
+while the main thread waits in a system call (the CLI's next line).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,6 +92,74 @@ class ignored_signals(deferred_signals):
     def __exit__(self, kind, value, tb):
         for s, handler in self.previous.items():
             signal.signal(s, handler)
+
+
+class nudged:
+    """In the block, each of ``signums`` that comes is handled within a tenth of a
+    second, even while the main thread waits in a system call.
+
+    Python runs a signal's handler in the main thread, between two of its steps. A
+    signal that another thread (gRPC's) received, or that came just before the main
+    thread began a blocking call (the CLI's read of its next line, right after the
+    prompt), interrupts nothing: its handler would wait for the call to return. Each
+    signal's arrival is written to a pipe (``signal.set_wakeup_fd``); a watching thread
+    then sends the main thread SIGURG (handled, doing nothing) every 0.1 s until the
+    signal's handler has run (for at most ``PATIENCE`` seconds): each SIGURG interrupts
+    the call, and Python runs the pending handler before it resumes the call."""
+
+    NUDGE = signal.SIGURG
+    PATIENCE = 5.0
+
+    def __init__(self, *signums: int):
+        self.signums = set(signums)
+
+    def __enter__(self):
+        self.owed = 0  # signals come, less handlers run
+        self.lock = threading.Lock()
+        self.previous = {s: signal.getsignal(s) for s in self.signums}
+        for s, handler in self.previous.items():
+            if callable(handler):  # a Python handler: the only kind Python wakes for
+                signal.signal(s, self._counted(handler))
+        self.read_end, self.write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.ended = threading.Event()
+        self.main = threading.main_thread().ident
+        self.previous_nudge = signal.signal(self.NUDGE, lambda signum, frame: None)
+        self.previous_fd = signal.set_wakeup_fd(self.write_end, warn_on_full_buffer=False)
+        self.watcher = threading.Thread(target=self._watch, name="nudge", daemon=True)
+        self.watcher.start()
+        return self
+
+    def _counted(self, handler):
+        def run(signum, frame):
+            with self.lock:
+                self.owed -= 1
+            return handler(signum, frame)
+        return run
+
+    def _watch(self):
+        while not self.ended.is_set():
+            ready, _, _ = select.select([self.read_end], [], [], 0.5)
+            try:
+                came = os.read(self.read_end, 512) if ready else b""
+            except BlockingIOError:
+                came = b""
+            with self.lock:
+                self.owed += sum(1 for signum in came if signum in self.signums)
+            give_up = time.monotonic() + self.PATIENCE
+            while self.owed > 0 and time.monotonic() < give_up and not self.ended.wait(0.1):
+                signal.pthread_kill(self.main, self.NUDGE)
+            with self.lock:
+                self.owed = min(self.owed, 0)  # signals that came at once run one handler
+
+    def __exit__(self, kind, value, tb):
+        self.ended.set()
+        self.watcher.join()
+        signal.set_wakeup_fd(self.previous_fd)
+        signal.signal(self.NUDGE, self.previous_nudge)
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+        os.close(self.read_end)
+        os.close(self.write_end)
 
 
 def agent_env() -> dict:
