@@ -117,20 +117,32 @@ def test_a_link_taken_down_at_either_end_is_named_with_what_it_stopped(tmp_path,
     assert record_of("link-down") is None and leftovers(record) == []
 
 
-@pytest.mark.parametrize("node", ["h2", "s1"])
-def test_a_nodes_shell_killed_mid_run_leaves_the_run_to_end_and_nothing_behind(tmp_path, node):
-    """kill -9 of a Mininet node's shell (a host's or the switch's) while the jobs run:
-    the jobs go on through the processes already started, and the teardown does not
-    wait for ever on the dead shell (Mininet deletes each link through both ends'
-    shells); mininet.log says it was skipped."""
+@pytest.mark.parametrize("node, signum, said", [
+    ("h2", signal.SIGKILL, "ended before the teardown (status -9)"),
+    ("s1", signal.SIGKILL, "ended before the teardown (status -9)"),
+    ("h2", signal.SIGSTOP, "within 15 s (stopped by a signal) and was killed"),
+], ids=["h2", "s1", "h2-stopped"])
+def test_a_nodes_shell_killed_or_stopped_mid_run_leaves_the_run_to_end_and_nothing_behind(
+        tmp_path, node, signum, said):
+    """kill -9 or SIGSTOP of a Mininet node's shell (a host's or the switch's) while the
+    jobs run: the jobs go on through the processes already started, and the teardown
+    does not wait for ever on the shell that cannot answer (Mininet deletes each link
+    through both ends' shells; a stopped one is killed after 15 s, and the terminal and
+    the summary say so); mininet.log says it was skipped."""
     def kill(record):
         os.kill(next(p["pid"] for p in record["processes"]
-                     if p["what"] == f"mininet shell {node}"), signal.SIGKILL)
+                     if p["what"] == f"mininet shell {node}"), signum)
 
     code, text, record = fault_mid_run(tmp_path, "shell-killed", kill, "--iterations", "4")
     assert code == 0 and "shell-killed: complete" in text, text
     log = (tmp_path / "shell-killed" / "logs" / "mininet.log").read_text()
-    assert f"*** {node}'s shell (pid " in log and "its commands are skipped" in log, log
+    assert f"*** {node}'s shell (pid " in log and said in log, log
+    assert "its commands are skipped" in log, log
+    # one given up on in the teardown is said on the terminal and in the summary
+    summary = json.loads((tmp_path / "shell-killed" / "summary.json").read_text())
+    given_up = [e for e in summary["errors"] if e.startswith(f"teardown: {node}'s shell")]
+    assert len(given_up) == (1 if signum == signal.SIGSTOP else 0), summary["errors"]
+    assert all(line in text for line in given_up), text
     assert record_of("shell-killed") is None and leftovers(record) == []
 
 

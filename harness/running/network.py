@@ -37,7 +37,7 @@ from ..switches.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_ma
                    release_job, result_entry, source_entry)
 from ..config import ConfigError
 from .record import RunRecord
-from .shells import silence_ended_shells
+from .shells import bound_shell_commands
 from ..switches.targets import TargetError, make_target
 
 
@@ -538,9 +538,10 @@ class Testbed(ClusterParts):
         return peers
 
     # -- teardown ----------------------------------------------------------------------
-    def stop(self):
+    def stop(self, said=None):
         """Stop everything; if Mininet cannot (a shell left mid-command), remove what
-        the run record lists instead. Raises only if something is still left."""
+        the run record lists instead. Raises only if something is still left.
+        ``said(line)``: a node's shell that stopped answering was given up on."""
         for t in self._freeing:
             t.join(30)
         for conn in self.conns.values():
@@ -560,7 +561,7 @@ class Testbed(ClusterParts):
         if self.net is not None:
             for sw in self.net.switches:
                 sw.stop_soon()
-            silence_ended_shells(self.net)  # Mininet would wait on them for ever
+            bound_shell_commands(self.net, said)  # Mininet would wait on them for ever
             try:
                 self.net.stop()
             except Exception as exc:

@@ -235,3 +235,15 @@ def links_down(testbed) -> list[str]:
         if state not in ("up", "unknown"):  # (unknown: a device that has no carrier)
             out.append(f"{name} to {peer} ({state})")
     return out
+
+
+def end_popens(popens: list):
+    """SIGTERM to each of ``popens`` still running, SIGKILL to one not ended 5 s later."""
+    for popen in popens:
+        if popen.poll() is None:
+            popen.terminate()
+    for popen in popens:
+        try:
+            popen.wait(5)
+        except Exception:
+            popen.kill()

@@ -46,7 +46,8 @@ from .sampling import Sampler
 from ..trainscript import ScriptLauncher
 from .starter import Starters
 from .processes import (AgentProcess, RunError, _terminate, agent_env, deferred_signals,
-                        failed_text, ignored_signals, named_cause, unfinished)
+                        failed_text, ignored_signals, named_cause, end_popens,
+                        unfinished)
 
 
 def build_topology(cfg: RunConfig, netem: bool = True):
@@ -556,15 +557,7 @@ class Run:
                 raise KeyboardInterrupt
 
     def _stop_agents(self):
-        popens = [a.popen for a in self.agents] + [p for _, p, _ in self.server_procs]
-        for popen in popens:
-            if popen.poll() is None:
-                popen.terminate()
-        for popen in popens:
-            try:
-                popen.wait(5)
-            except Exception:
-                popen.kill()
+        end_popens([a.popen for a in self.agents] + [p for _, p, _ in self.server_procs])
 
     def _teardown(self):
         if self.sampler is not None:  # stopped before _monitor (stopping twice is fine)
@@ -582,16 +575,19 @@ class Run:
         self.files.close()  # the servers' followers end before what is left is checked
         if self.testbed is not None:
             try:
-                self.testbed.stop()
+                self.testbed.stop(said=self._teardown_problem)
             except Exception as exc:
-                self.writer.note_error(f"teardown: {exc}")
-                self.echo(f"teardown: {exc}; `qaina-bench clean` removes what is left")
+                self._teardown_problem(f"{exc}; `qaina-bench clean` removes what is left")
                 self._gather()
                 self.masters.stop()
                 return
         self._gather()
         self.masters.stop()  # last: what is left on the servers was checked through them
         self.record.close()
+
+    def _teardown_problem(self, line: str):
+        self.writer.note_error(f"teardown: {line}")
+        self.echo(f"teardown: {line}")
 
     def _gather(self):
         """Every server's part of the run's directory back here (``rundir.py``)."""

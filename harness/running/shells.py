@@ -1,29 +1,87 @@
-"""Mininet nodes whose shell has ended before the run's teardown (killed by hand, or
-by the OOM killer): Mininet would write each command to that shell and wait for its
-output forever (deleting a link asks both ends' shells). Their commands become no-ops;
-a link of such a node goes when its other end is deleted (a veth pair goes whole),
-or with the node's namespace once nothing holds it."""
+"""Mininet nodes whose shell cannot answer the run's teardown: ended (killed by hand,
+or by the OOM killer), or alive but not answering (stopped by a signal). Mininet would
+write each command to that shell and wait for its output for ever (deleting a link
+asks both ends' shells). Their commands become no-ops; a link of such a node goes
+when its other end is deleted (a veth pair goes whole), or with the node's namespace
+once nothing holds it."""
 
 from __future__ import annotations
 
+import os
+import select
+import signal
+import subprocess
+import time
+
 from mininet.log import lg
+
+from ..switches.targets import stopped
+
+#: seconds a node's shell has to finish one teardown command (``ip link del``, ``tc``:
+#: milliseconds on an idle machine, well under a second on a saturated one)
+PATIENCE = 15.0
 
 
 def _no_shell(*_args, **_kwargs) -> str:
     return ""
 
 
-def silence_ended_shells(net) -> list[str]:
-    """Make the commands of ``net``'s nodes on this machine whose shell has ended
-    no-ops; returns their names."""
+def _skip(node, why: str, said=None):
+    node.cmd = _no_shell
+    node.waiting = False
+    line = f"{node.name}'s shell (pid {node.shell.pid}) {why}: its commands are skipped"
+    lg.warning(f"*** {line}\n")
+    if said is not None:
+        said(line)
+
+
+def _give_up(node, patience: float, said):
+    state = "stopped by a signal" if stopped(node.shell.pid) else "running"
+    try:
+        os.kill(node.shell.pid, signal.SIGKILL)
+        node.shell.wait(5)  # reaped: Mininet's own stop sees it ended
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    _skip(node, f"did not finish `{node.lastCmd}` within {patience:g} s ({state}) "
+                "and was killed", said)
+
+
+def _bounded(node, patience: float, said):
+    """``node.cmd`` that waits at most ``patience`` seconds for the command's output;
+    a shell that has not answered by then is killed and its commands skipped. (Mininet's
+    own ``monitor(timeoutms)`` cannot bound it: its poll also reports the terminal
+    writable, and then it blocks in the read.)"""
+    def cmd(*args, **kwargs) -> str:
+        node.sendCmd(*args, **kwargs)
+        readable = select.poll()
+        readable.register(node.stdout.fileno(), select.POLLIN)
+        out, end = "", time.monotonic() + patience
+        while node.waiting:
+            left = end - time.monotonic()
+            events = readable.poll(max(left, 0) * 1000) if left > 0 else []
+            if not events:
+                _give_up(node, patience, said)
+            elif not events[0][1] & select.POLLIN:  # hung up: the shell ended meanwhile
+                _skip(node, f"ended during the teardown (at `{node.lastCmd}`)", said)
+            else:
+                out += node.monitor()
+        return out
+    return cmd
+
+
+def bound_shell_commands(net, said=None, patience: float = PATIENCE) -> list[str]:
+    """Before ``net`` stops: make the commands of its nodes on this machine whose shell
+    has ended no-ops, and give every other node's commands ``patience`` seconds each;
+    returns the names of the nodes whose shell had ended. ``said(line)``: a shell
+    given up on during the teardown (ended meanwhile, or killed for not answering)."""
     ended = []
     for node in net.values():
         shell = getattr(node, "shell", None)
-        if getattr(node, "server_key", None) is None and shell is not None \
-                and shell.poll() is not None:
-            node.cmd = _no_shell
-            node.waiting = False
+        if getattr(node, "server_key", None) is not None or shell is None:
+            continue
+        if shell.poll() is not None:
+            _skip(node, f"ended before the teardown (status {shell.returncode})")
             ended.append(node.name)
-            lg.warning(f"*** {node.name}'s shell (pid {shell.pid}) ended before the "
-                       f"teardown (status {shell.returncode}): its commands are skipped\n")
+        else:
+            node.cmd = _bounded(node, patience, said)
     return ended
