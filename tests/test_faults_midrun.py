@@ -94,6 +94,23 @@ def test_a_run_past_its_timeout_names_the_agents_still_running_and_a_stopped_one
     assert record_of("stalled") is None and leftovers(record) == []
 
 
+def test_a_stopped_starter_is_named_at_the_timeout_and_nothing_is_left(tmp_path):
+    """The agents' starter stopped (SIGSTOP): the agents' exit statuses reach the run
+    through it, so the run stops at --timeout, and its line names the stopped starter
+    instead of calling the agents still running."""
+    def stop(record):
+        os.kill(next(p["pid"] for p in record["processes"]
+                     if p["what"] == "starter of the agents"), signal.SIGSTOP)
+
+    code, text, record = fault_mid_run(tmp_path, "starter-stopped", stop, "--timeout", "8")
+    assert code == 1, text
+    line = next((x for x in text.splitlines() if "exceeded --timeout" in x), text)
+    assert line.startswith("run exceeded --timeout 8 s; the agent starter (pid "), line
+    assert ") is stopped by a signal, so how these ended is not known: j1w0 on h1 (" in line
+    assert "still running" not in line, line
+    assert record_of("starter-stopped") is None and leftovers(record) == []
+
+
 @pytest.mark.parametrize("end, says", [
     ("switch", "run exceeded --timeout 8 s; still running: j1w0 on h1 ("),
     ("host", "Error: agent j1w1 on h2 exited with 1: OSError: [Errno 101] Network is "

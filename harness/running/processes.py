@@ -188,10 +188,11 @@ def failed_text(what: str, code: int, log: Path) -> str:
     return f"{what} {how_ended(code)}: {' | '.join(tail) or 'its log is empty'} (log {log})"
 
 
-def unfinished(agents: list[AgentProcess], ledger, testbed) -> str:
+def unfinished(agents: list[AgentProcess], ledger, testbed, starter=None) -> str:
     """The agents that have not ended, for the line of a run past its timeout: each
     with the iterations it logged, and "stopped by a signal" for one stopped on this
-    machine (an agent on another server of a cluster is not looked at)."""
+    machine (an agent on another server of a cluster is not looked at); if the agents'
+    starter is stopped, their ends are said to be unknown instead."""
     from ..switches.targets import stopped
 
     def stopped_here(a) -> bool:
@@ -202,7 +203,10 @@ def unfinished(agents: list[AgentProcess], ledger, testbed) -> str:
            + (", stopped by a signal)" if stopped_here(a) else ")")
            for a in agents if ledger.poll(a.popen) is None]
     down = links_down(testbed)
-    return ((f"; still running: {', '.join(out)}" if out else "")
+    lost = starter.stopped_pid() if starter is not None else None
+    head = (f"; the agent starter (pid {lost}) is stopped by a signal, so how these "
+            "ended is not known: " if lost else "; still running: ")
+    return ((head + ", ".join(out) if out else "")
             + (f"; links not up: {', '.join(down)}" if down else ""))
 
 

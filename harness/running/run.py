@@ -518,7 +518,8 @@ class Run:
                 if time.time() - t0 > self.cfg.output.timeout:
                     self.status = "timeout"
                     self.echo(f"\nrun exceeded --timeout {self.cfg.output.timeout:.0f} s"
-                              + unfinished(self.agents, self.ledger, self.testbed))
+                              + unfinished(self.agents, self.ledger, self.testbed,
+                                           self.starter))
                     break
                 # Jobs waiting to arrive or for slots are admitted within 10 ms.
                 time.sleep(0.01 if self.admission is not None and self.admission.waiting

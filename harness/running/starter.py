@@ -300,6 +300,13 @@ class Starters:
         """This machine's starter's ``death`` (the other servers' are not looked at)."""
         return self.local.death() if self.local is not None else None
 
+    def stopped_pid(self) -> int | None:
+        """This machine's starter's PID if it is stopped by a signal (the agents' exit
+        statuses reach the run through it), else None."""
+        from ..switches.targets import stopped
+        local = self.local
+        return local.pid if local is not None and stopped(local.pid) else None
+
     def close(self):
         """Every starter stopped (each stops what it started): this machine's, and the
         other servers' with TERM there (KILL after 8 s), all at once."""
