@@ -490,10 +490,14 @@ def find_trace(name, dirs=None) -> Path:
                     return directory / str(name)
     except OSError:  # a name too long to be a path (ENAMETOOLONG)
         pass
-    known = ", ".join(entry.name for entry in list_traces(dirs)) or "none"
+    from .recorder import RECIPES  # (it reads trace sets through this module)
+    found = [entry.name for entry in list_traces(dirs)]
+    known = ", ".join(found) or "none"
+    recipes = ", ".join(r for r in RECIPES if r not in found)
     searched = ", ".join(str(d) for d in trace_search_path(dirs))
     shown = str(name) if len(str(name)) <= 80 else str(name)[:80] + "..."
-    raise TraceError(f"no trace set {shown!r} (searched {searched}; known: {known})")
+    raise TraceError(f"no trace set {shown!r} (searched {searched}; known: {known}"
+                     + (f"; recorded on first use by `up`: {recipes}" if recipes else "") + ")")
 
 
 def load_exact_sums(path, iterations: int, elements: int) -> list[np.ndarray]:

@@ -382,9 +382,14 @@ def test_one_absurd_set_does_not_break_the_listing(tmp_path, small_trace):
         assert "elements must be a positive integer of at most" in run.output
 
 
-def test_unknown_name_says_where_it_looked(tmp_path):
-    with pytest.raises(TraceError, match=r"no trace set 'nope' \(searched .*known: .*digits-mlp"):
+def test_unknown_name_says_where_it_looked_and_what_up_records(tmp_path):
+    """Every name `up` takes is in the line: a set found, or one recorded on first use."""
+    with pytest.raises(TraceError, match=r"no trace set 'nope' \(searched .*known: .*digits-mlp"
+                       ) as caught:
         find_trace("nope", [tmp_path])
+    said = str(caught.value)
+    assert all(name in said for name in recorder.RECIPES), said
+    assert said.count("recorded on first use by `up`: ") <= 1, said
 
 
 def test_command_line(small_trace):
