@@ -371,3 +371,26 @@ def test_a_plot_section_with_empty_labels_falls_back_to_the_names(tmp_path):
                  panels=[{"y": "iteration_s", "ylabel": None}])
     plot_sweep(d, echo=lambda _: None)
     assert list((d / "figures").glob("*.png"))
+
+
+def test_line_series_that_coincide_stay_told_apart():
+    """Two series with the same values: each line has its own style and marker in the
+    legend, and the later one's marks are smaller, so the one under it still shows."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from qaina_bench.harness.sweeping.figures import _panel
+    rows = [{"status": "complete", "bits": bits, "mode": mode, "iteration_s": "30.4",
+             "fidelity": "network-bound"} for mode in ("b8", "32") for bits in ("1", "2")]
+    fig, ax = plt.subplots()
+    try:
+        _panel(ax, {"x": "bits", "series": ["mode"]}, rows, None, {"y": "iteration_s"})
+        handles, labels = ax.get_legend_handles_labels()
+        assert labels == ["b8", "32"]
+        styles = {(h.get_linestyle(), h.get_marker()) for h in handles}
+        assert len(styles) == 2, styles
+        sizes = {line.get_color(): line.get_markersize() for line in ax.get_lines()
+                 if len(line.get_xdata()) == 1}  # the marks, one per point
+        assert len(set(sizes.values())) == 2, sizes
+    finally:
+        plt.close(fig)

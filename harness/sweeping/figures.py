@@ -242,6 +242,11 @@ def _note(table: list[dict]) -> str:
                "network-bound."))
 
 
+#: each line series' style and marker, by its place in the legend
+LINES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
 def _panel(ax, p, rows, facet, panel) -> list[dict]:
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     y, scale = panel["y"], float(panel.get("scale", 1.0))
@@ -269,11 +274,14 @@ def _panel(ax, p, rows, facet, panel) -> list[dict]:
             for x, h, sat in zip(pos, mean, hollow):
                 if sat:
                     ax.bar([x], [h], width, fill=False, hatch="//", edgecolor="white")
-        else:
-            ax.errorbar(pos, mean, yerr=err, capsize=3, color=colours[name], label=name,
-                        linestyle="-", marker=None)
+        else:  # a line style and marker per series: lines that coincide stay visible
+            style, marker = LINES[k % len(LINES)], MARKERS[k % len(MARKERS)]
+            size = 8 - 1.75 * (k % 3)  # smaller on top: a mark under another still shows
+            ax.errorbar(pos, mean, yerr=err, capsize=3, color=colours[name], linestyle=style,
+                        marker=None)
+            ax.plot([], [], linestyle=style, marker=marker, color=colours[name], label=name)
             for x, v, sat in zip(pos, mean, hollow):
-                ax.plot([x], [v], "o", color=colours[name],
+                ax.plot([x], [v], marker, color=colours[name], markersize=size,
                         markerfacecolor="white" if sat else colours[name])
     if kind == "bar":
         ax.set_xticks(range(len(xs)))
