@@ -58,7 +58,7 @@ def _bounded(node, patience: float, said):
         out, end = "", time.monotonic() + patience
         while node.waiting:
             left = end - time.monotonic()
-            events = readable.poll(max(left, 0) * 1000) if left > 0 else []
+            events = readable.poll(left * 1000) if left > 0 else []
             if not events:
                 _give_up(node, patience, said)
             elif not events[0][1] & select.POLLIN:  # hung up: the shell ended meanwhile
