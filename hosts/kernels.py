@@ -28,6 +28,21 @@ def _swap(word):
     return ((w & _B0) << _S24) | ((w & _B1) << _S8) | ((w >> _S8) & _B1) | ((w >> _S24) & _B0)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _level(v, gain, noise, i, stochastic, centre, zero, top):
+    """Offset-binary lane value of one element: ``floor(clip(v * gain + noise[i] +
+    centre, 0, top))`` (as int64: ``top`` < 2**31, so truncating is flooring)."""
+    y = v * gain
+    if stochastic:
+        y = y + noise[i]
+    y = y + centre
+    if y < zero:
+        y = zero
+    elif y > top:
+        y = top
+    return np.int64(y)
+
+
 @njit(cache=True, nogil=True)
 def quantize_pack(values, gains, noise, centre, top, chunk_elems, lanes, width, offset,
                   out, levels):
@@ -43,28 +58,34 @@ def quantize_pack(values, gains, noise, centre, top, chunk_elems, lanes, width, 
     keep = levels.shape[0] > 0
     stochastic = noise.shape[0] > 0
     zero = centre - centre  # 0 in the arithmetic's float type
+    words = out.shape[1]
+    span = words * lanes
     for r in range(out.shape[0]):
         gain = gains[r]
         base = r * chunk_elems
-        for k in range(out.shape[1]):
+        real = min(chunk_elems, n - base, span)  # elements of the chunk in this row
+        if real == span and not keep:  # every lane an element: no checks per element
+            for k in range(words):
+                word = np.uint64(0)
+                i = base + k * lanes
+                for j in range(lanes):
+                    u = _level(values[i + j], gain, noise, i + j, stochastic, centre,
+                               zero, top)
+                    word |= np.uint64(u) << np.uint64(j * width)
+                out[r, k] = _swap(word)
+            continue
+        for k in range(words):
             word = np.uint64(0)
             for j in range(lanes):
-                i = base + k * lanes + j
-                if i < n and k * lanes + j < chunk_elems:
-                    y = values[i] * gain
-                    if stochastic:
-                        y = y + noise[i]
-                    y = y + centre
-                    if y < zero:
-                        y = zero
-                    elif y > top:
-                        y = top
-                    u = np.uint64(np.uint32(y))
+                e = k * lanes + j
+                if e < real:
+                    u = _level(values[base + e], gain, noise, base + e, stochastic, centre,
+                               zero, top)
                     if keep:
-                        levels[i] = np.int64(u) - offset
+                        levels[base + e] = u - offset
                 else:
-                    u = np.uint64(offset)
-                word |= u << np.uint64(j * width)
+                    u = np.int64(offset)
+                word |= np.uint64(u) << np.uint64(j * width)
             out[r, k] = _swap(word)
 
 
@@ -81,6 +102,9 @@ def unpack_scale(words, count, lanes, width, bias, sign_workers, factors, chunk_
     mask = np.uint64((1 << width) - 1)
     per_row = words.shape[1]
     i = 0
+    c = 0  # the chunk of element i, and its factor; elements left in it
+    f = factors[0]
+    left = chunk_elems
     for r in range(words.shape[0]):
         for k in range(per_row):
             word = np.uint64(_swap(words[r, k]))
@@ -99,8 +123,13 @@ def unpack_scale(words, count, lanes, width, bias, sign_workers, factors, chunk_
                 if keep:
                     sums[i] = s
                 scratch[0] = s
-                out[i] = scratch[0] * factors[i // chunk_elems]
+                out[i] = scratch[0] * f
                 i += 1
+                left -= 1
+                if left == 0 and i < count:
+                    c += 1
+                    f = factors[c]
+                    left = chunk_elems
 
 
 @njit(cache=True, nogil=True)

@@ -3,7 +3,8 @@
 ``Quantizer.quantize_into`` against ``encode`` (``encodings`` packed by
 ``LaneFormat.pack_lanes``) and ``quantize``; ``Quantizer.dequantize_words`` against
 ``decode`` (``unpack_sum`` and ``dequantize_sum``): for every bit width, packed and
-unpacked, stochastic and nearest rounding, every scale rule, short last chunks.
+unpacked, stochastic and nearest rounding, every scale rule, short last chunks, with
+and without the levels and level sums kept.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ def test_kernels_match_the_numpy_reference(bits, workers, packed, stochastic, ru
     padded[:len(words)] = words
     assert np.array_equal(payload.astype(np.uint32).reshape(-1), padded)
     assert np.array_equal(levels, levels_ref)
+    # Without levels, full rows take the kernel's path without per-element checks.
+    fast = np.zeros_like(payload)
+    Quantizer(fmt, np.random.default_rng(9), stochastic, scale).quantize_into(
+        grad, codes, chunk, fast)
+    assert np.array_equal(fast.astype(np.uint32).reshape(-1), padded)
     # Sums of ``workers`` such payloads, as the switch makes them (wrapping).
     total = sum(payload.astype(np.uint32).astype(np.uint64) for _ in range(workers))
     summed = (total & 0xFFFFFFFF).astype(">u4")
@@ -61,6 +67,7 @@ def test_kernels_match_the_numpy_reference(bits, workers, packed, stochastic, ru
     expected = ref.decode(flat, codes, elements, chunk)
     assert out.dtype == expected.dtype == np.float32
     assert np.array_equal(out, expected)
+    assert np.array_equal(new.dequantize_words(summed, codes, elements, chunk), expected)
 
 
 def test_kernels_write_into_strided_packet_rows():
