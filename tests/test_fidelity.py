@@ -326,14 +326,18 @@ def test_the_cpu_limit_says_why_it_cannot_work(tmp_path, monkeypatch):
     assert "apt-get install cgroup-tools" in cpulimit.limit_problem(tmp_path)
 
 
-def test_a_switch_that_shed_or_lost_frames_is_reported():
+def test_a_switch_that_shed_lost_or_dropped_long_frames_is_reported():
     ports = {"s1": {"s1-eth1": {"rx": 90, "shed": 5, "rx_dropped": 2},
                     "s1-eth2": {"rx": 80, "shed": 1, "rx_dropped": 0}},
              "s2": {"s2-eth1": {"rx": 70, "shed": 0, "rx_dropped": 0}}}
+    ports["s2"]["s2-eth2"] = {"rx": 5, "rx_oversize": 3}
     v = validity([], [], None, None, ports)
     assert v["switch_overload"] == {"s1": {"shed": 6, "rx_dropped": 2},
                                     "s2": {"shed": 0, "rx_dropped": 0}}
     assert [w for w in v["warnings"] if "could not keep up" in w] == [
         "switch s1 could not keep up at times: it shed 6 frames and the kernel dropped 2 "
         "from its full receive rings (the switch, not the links, limited the run then)"]
+    assert [w for w in v["warnings"] if "longer" in w] == [
+        "switch s2 dropped 3 frames longer than its ports take: a link's MTU is above what "
+        "the embedded switch forwards (its log says how long)"]
     assert validity([], [], None, None, None)["switch_overload"] == {}

@@ -19,6 +19,7 @@ from qaina_bench.harness.benchmarks import bench
 from qaina_bench.harness.switches.jobs import Job, Worker
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.p4.embedded import pipeline as pl
+from qaina_bench.p4.constants import Drop
 from qaina_bench.p4.embedded.burst import SHED_FULL
 from qaina_bench.p4.header import FLAG_RESULT, FLAG_RETX, PAYLOAD_OFFSET, QAINA_AT
 
@@ -239,12 +240,24 @@ def test_a_stopped_switch_sheds_whole_uses_when_it_resumes(tmp_path_factory):
     assert stats["shed"] == len(sent) - aggregated == WORKERS * shed
 
 
+def junk_frame(kind: str) -> bytes:
+    """A frame the pipeline drops: of an unknown EtherType, or 802.1Q-tagged (the
+    kernel takes the tag off and the switch puts it back, in a frame buffer of its
+    own: a shedding switch reads up to 256 such frames at once)."""
+    if kind == "ethertype":
+        return b"\x02\0\0\0\0\x01\x02\0\0\0\0\x02\x88\xb5" + bytes(100)
+    from scapy.all import IP, UDP, Dot1Q, Ether, raw
+    return raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / Dot1Q(vlan=5)
+               / IP(src="10.0.0.1", dst="10.0.1.5") / UDP(sport=1, dport=2) / bytes(60))
+
+
 @pytest.mark.root
-def test_a_port_flooded_with_junk_sheds_alone(tmp_path_factory):
+@pytest.mark.parametrize("kind", ["ethertype", "vlan"])
+def test_a_port_flooded_with_junk_sheds_alone(tmp_path_factory, kind):
     """A host that is no member fills its port's ring with frames the pipeline drops
     anyway (here while the switch is stopped); the workers' rings hold far less than
     the shed threshold. Their contributions are all aggregated, none shed: the flooded
-    port's backlog is its own."""
+    port's backlog is its own. The switch lives on and counts the junk as dropped."""
     import json
 
     from conftest import open_lab
@@ -267,17 +280,20 @@ def test_a_port_flooded_with_junk_sheds_alone(tmp_path_factory):
                                      bench._frames(job, uses) if k == w.index])
                    for w in job.workers}
         flood = WORKERS + 1
-        streams[flood] = np.frombuffer(b"\x02\0\0\0\0\x01\x02\0\0\0\0\x02\x88\xb5" +
-                                       bytes(100), np.uint8)[None, :].repeat(junk, axis=0)
+        streams[flood] = np.frombuffer(junk_frame(kind), np.uint8)[None, :].repeat(junk, axis=0)
         senders = [Port(i, lab.veths.pairs[i][1], receive=False) for i in streams]
         names = {i: lab.veths.pairs[i][0] for i in streams}  # the switch's side
         closed = send_while_stopped(lab, senders, streams)
+        alive = lab.target.proc.poll() is None
+        dropped = lab.conn.read_counter("MyIngress.drops")[Drop.NOT_IPV4][0]
     finally:
         for s in senders:
             s.close()
         lab.close()
+    assert alive, "the switch died under the flood"
     stats = json.loads(lab.target.stats_path.read_text())
     ports = {i: stats[names[i]] for i in streams}
+    assert dropped >= ports[flood]["rx"] - ports[flood]["shed"]  # (and any stray frame)
     assert ports[flood]["rx"] + ports[flood]["rx_dropped"] >= junk  # the flood got there
     assert all(ports[w.port]["shed"] == 0 for w in job.workers), ports
     assert closed == 2 * uses, f"{closed} of {2 * uses} uses aggregated"

@@ -115,3 +115,41 @@ def _group_entity(gid: int) -> p4runtime_pb2.Entity:
     e = p4runtime_pb2.Entity()
     e.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = gid
     return e
+
+
+@pytest.mark.parametrize("kind", ["embedded", "embedded-sockets"])
+def test_a_frame_longer_than_a_port_takes_is_dropped_and_counted_not_cut(tmp_path, kind):
+    """With the links' MTU raised, a frame longer than the switch's frame buffers is
+    dropped whole and counted (``rx_oversize``), never forwarded cut short; the
+    frames around it are forwarded as they came."""
+    from scapy.all import IP, UDP, Ether, raw
+
+    from qaina_bench.harness.switches.jobs import program_route
+    from qaina_bench.p4.embedded.ports import FRAME_LONGEST
+
+    lab = SwitchLab(kind, 2, tmp_path)
+    try:
+        for pair in lab.veths.pairs.values():
+            for ifname in pair:
+                ip("link", "set", ifname, "mtu", "4000")
+        lab.reset()
+        program_route(lab.conn, 0x0A000105, 32, 2)  # 10.0.1.5
+
+        def frame(size: int) -> bytes:
+            head = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(
+                src="10.0.0.1", dst="10.0.1.5", ttl=9) / UDP(sport=1, dport=2)
+            return raw(head / bytes(size - len(raw(head))))
+
+        sizes = [200, FRAME_LONGEST, 3000, FRAME_LONGEST + 1, 300]
+        for size in sizes:
+            lab.hosts[1].send(frame(size))
+        got = lab.hosts[2].recv(timeout=2.0, count=3)
+        sw = lab.veths.pairs[1][0]
+        lab.target.stop()
+        stats = json.loads(lab.target.stats_path.read_text())
+    finally:
+        lab.close()
+    assert [len(f) for f in got] == [200, FRAME_LONGEST, 300]
+    assert stats[sw]["rx_oversize"] == 2, stats[sw]
+    log = (tmp_path / "s1.log").read_text()
+    assert f"port 1 ({sw}): a frame of 3000 bytes is longer than the {FRAME_LONGEST}" in log

@@ -158,6 +158,12 @@ def validity(rows: list[dict], jobs: list[dict], cpu: dict | None,
             warn.append(f"switch {sw} could not keep up at times: it shed {o['shed']} frames "
                         f"and the kernel dropped {o['rx_dropped']} from its full receive "
                         "rings (the switch, not the links, limited the run then)")
+    for sw, by_port in (ports or {}).items():
+        long = sum(p.get("rx_oversize", 0) for p in by_port.values())
+        if long:
+            warn.append(f"switch {sw} dropped {long} frames longer than its ports take: a "
+                        "link's MTU is above what the embedded switch forwards (its log "
+                        "says how long)")
     if out["refused_packets"]:
         warn.append(f"agents refused {out['refused_packets']} datagrams that were not results "
                     "of their aggregator: something else sent to the workers' port")

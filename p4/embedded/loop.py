@@ -143,6 +143,7 @@ class PortSet:
     def stats(self) -> dict:
         return {p.ifname: {"rx": p.rx_packets, "rx_reads": p.rx_reads,
                            "rx_dropped": p.kernel_drops(), "shed": p.shed,
+                           "rx_oversize": p.rx_oversize,
                            "rx_mode": p.rx_mode, "tx": p.tx_packets, "tx_calls": p.tx_calls,
                            "tx_errors": p.tx_errors, "tx_mode": p.tx_mode,
                            "link_errors": p.link_errors}

@@ -30,6 +30,7 @@ PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h, Linux >= 4.20
 SOCKET_BUFFER = 4 << 20
 BURST = 64  # frames read from one port before looking at the others
 BURST_SHEDDING = 256  # ... while the switch sheds (fewer rounds for the same frames)
+ROWS = max(BURST, BURST_SHEDDING)  # frame buffers of a port: one per frame of a read
 
 # linux/if_packet.h: PACKET_MMAP with TPACKET_V2.
 PACKET_RX_RING = 5
@@ -59,7 +60,7 @@ RING_FRAME_SIZE = 2048  # bytes per ring slot: header, padding and one frame
 RING_BLOCK_SIZE = 1 << 16
 RX_RING_FRAMES = 2048
 TX_RING_FRAMES = 512
-FRAME_MAX = 2048  # bytes of a frame the socket path reads (more is cut off)
+FRAME_MAX = 2048  # bytes of a frame buffer (a frame of FRAME_LONGEST and a VLAN tag put back)
 ROW_SIZE = (SLOT_ALIGN_OFFSET + FRAME_MAX + 3) & ~3  # one frame buffer of the socket path
 
 _TPACKET_REQ = struct.Struct("IIII")  # block size, block count, frame size, frame count
@@ -91,6 +92,10 @@ def _tpacket_align(n: int) -> int:
 RX_FRAME_OFFSET = _tpacket_align(_tpacket_align(TPACKET2_HDR_LEN) + SOCKADDR_LL_LEN + 16) - ETH_HLEN
 #: Where the data of a frame to send starts in a TPACKET_V2 tx slot.
 TX_DATA_OFFSET = _tpacket_align(TPACKET2_HDR_LEN)
+#: The longest frame a port takes (what a receive ring slot holds; the socket path
+#: reads no more): a longer one is dropped and counted (``rx_oversize``).
+FRAME_LONGEST = RING_FRAME_SIZE - RX_FRAME_OFFSET
+RX_CAPTURE_MIN = FRAME_LONGEST - 64  # a frame the kernel cut to its slot is this long or more
 
 
 class PortError(OSError):
@@ -148,16 +153,17 @@ class Port:
         self.rx_reads = 0  # reads that returned frames (rx / rx_reads: frames per read)
         self.rx_dropped = 0  # dropped by the kernel: the ring or socket queue was full
         self.shed = 0  # frames of whole slot uses the overloaded switch shed
+        self.rx_oversize = 0  # frames longer than a port takes (FRAME_LONGEST), dropped
         self.tx_packets = 0
         self.tx_calls = 0  # transmit system calls (tx / tx_calls: frames per call)
         self.tx_errors = 0
         self.link_errors = 0  # errors the socket reported (link down, interface gone)
         self.tx_queued = 0  # frames in the tx ring not yet handed to the kernel
         # Frame buffers of the socket path; in ring mode, for frames placed unusually.
-        self._rows = bytearray(BURST * ROW_SIZE)
+        self._rows = bytearray(ROWS * ROW_SIZE)
         self._row_slots = [frame_slot(self._rows, i * ROW_SIZE + SLOT_ALIGN_OFFSET, FRAME_MAX)
-                           for i in range(BURST)]
-        self._row_frames = np.ndarray((BURST, FRAME_MAX), np.uint8, buffer=self._rows,
+                           for i in range(ROWS)]
+        self._row_frames = np.ndarray((ROWS, FRAME_MAX), np.uint8, buffer=self._rows,
                                       offset=SLOT_ALIGN_OFFSET, strides=(ROW_SIZE, 1))
         self._rx_map = self._tx_map = self._tx_sock = None
         self._rx_words = self._tx_words = self._tx_halves = None
@@ -210,6 +216,7 @@ class Port:
                                      strides=(RING_FRAME_SIZE, 1))
         column = {"buffer": self._rx_map, "strides": (RING_FRAME_SIZE,)}
         self._rx_status_col = np.ndarray((count,), np.uint32, offset=0, **column)
+        self._rx_len_col = np.ndarray((count,), np.uint32, offset=4, **column)
         self._rx_snaplen_col = np.ndarray((count,), np.uint32, offset=8, **column)
         self._rx_mac_col = np.ndarray((count,), np.uint16, offset=12, **column)
 
@@ -233,6 +240,13 @@ class Port:
                   or (status[:n] & TP_STATUS_VLAN_VALID).any()):
             self._copy_unusual(self._rx_status[head:head + n], slots, lengths)
             frames = None
+        if n and max(lengths) >= RX_CAPTURE_MIN:  # some may have been cut to their slot
+            cut = np.flatnonzero(self._rx_len_col[head:head + n]
+                                 > self._rx_snaplen_col[head:head + n])
+            if len(cut):
+                slots, lengths = self._drop_oversize(cut.tolist(), slots, lengths,
+                                                     self._rx_len_col[head + cut[0]])
+                frames = None
         self._held = n
         self.rx_packets += n
         self.rx_reads += n > 0
@@ -253,6 +267,20 @@ class Port:
                     tag = words[i + 6]  # tp_vlan_tci | tp_vlan_tpid << 16
                     lengths[k] = restore_vlan_tag(slots[k][0], n, status, tag & 0xFFFF,
                                                   tag >> 16)
+
+    def _drop_oversize(self, cut: list[int], slots, lengths, longest: int):
+        """Frames ``cut`` (indexes) were longer than a ring slot holds: they are
+        dropped, counted and said once, never forwarded cut short."""
+        self.rx_oversize += len(cut)
+        if self.rx_oversize == len(cut):
+            log.warning("port %d (%s): a frame of %d bytes is longer than the %d a port "
+                        "takes: dropped, as every such frame (counted as rx_oversize in "
+                        "the port stats); keep the interface's MTU at %d or less",
+                        self.number, self.ifname, longest, FRAME_LONGEST,
+                        FRAME_LONGEST - ETH_HLEN)
+        drop = set(cut)
+        keep = [k for k in range(len(lengths)) if k not in drop]
+        return [slots[k] for k in keep], [lengths[k] for k in keep]
 
     def backlog(self) -> int:
         """How many frames the receive ring holds, those of the last ``receive()``
@@ -280,6 +308,7 @@ class Port:
     def _unmap_rx(self):
         self._rx_slots = ()
         self._rx_frames = self._rx_status_col = self._rx_snaplen_col = self._rx_mac_col = None
+        self._rx_len_col = None
         self._rx_words = self._release_view(self._rx_words)
         self._rx_map = self._close_map(self._rx_map)
 
@@ -411,10 +440,17 @@ class Port:
     # -- socket path --------------------------------------------------------------------
     def _receive_socket(self, most: int = BURST):
         recvmsg_into = self.sock.recvmsg_into
-        slots, lengths = self._row_slots, []
-        for slot in slots:
+        slots, lengths = self._row_slots[:most], []
+        read = 0
+        while len(lengths) < len(slots):
+            slot = slots[len(lengths)]
             try:
-                n, ancillary, _, _ = recvmsg_into((slot[0][:FRAME_MAX - 4],), _AUX_SPACE)
+                n, ancillary, flags, _ = recvmsg_into((slot[0][:FRAME_LONGEST],), _AUX_SPACE,
+                                                      socket.MSG_TRUNC)
+                read += 1
+                if flags & socket.MSG_TRUNC:  # n: the frame's whole length
+                    self._drop_oversize([0], [slot], [n], n)
+                    continue
                 for level, kind, data in ancillary:
                     if level == SOL_PACKET and kind == PACKET_AUXDATA:
                         status, _, _, _, _, tci, tpid = _AUXDATA.unpack_from(data)
@@ -427,8 +463,8 @@ class Port:
                 if exc.errno == errno.ENETDOWN:
                     break
                 raise
-        self.rx_packets += len(lengths)
-        self.rx_reads += bool(lengths)
+        self.rx_packets += read
+        self.rx_reads += bool(read)
         return slots[:len(lengths)], lengths, self._row_frames[:len(lengths)]
 
     def _release_nothing(self):
