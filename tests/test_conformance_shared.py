@@ -8,8 +8,8 @@ import numpy as np
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from qaina_bench.harness.switches.jobs import (Job, Upstream, Worker, ip_to_int, mac_to_int, program_job,
-                                      release_job)
+from qaina_bench.harness.switches.jobs import (Job, Upstream, Worker, ip_to_int, job_entries,
+                                               mac_to_int, program_job, release_job)
 from qaina_bench.hosts.lanes import LaneFormat
 from qaina_bench.p4.constants import POOL_SLOTS, Drop
 from qaina_bench.p4.header import (FALLBACK_PARTIAL, FALLBACK_WORKER, FLAG_FALLBACK, FLAG_FLUSH,
@@ -283,3 +283,25 @@ def test_release_job_frees_a_shared_jobs_copies(sw):
                           seq=seq)
     assert count(sw, "slots_opened", 1, 2) == 2
     assert count(sw, "fallback_packets", 1, 0) == 0
+
+
+def test_shared_job_without_an_upstream_entry_sends_to_port_zero(sw):
+    """A shared job written with no ``upstream_table`` entry: the program's
+    metadata stays zero, so a complete use and a collision go out of port 0, which
+    this switch does not have; counted like any other, never an internal error."""
+    rng = np.random.default_rng(29)
+    job = Job(7, 0, LaneFormat(4, 2), 0, 8,
+              [Worker(k, w.ip, w.mac, w.port) for k, w in enumerate(WORKERS[:2])],
+              shared=True)
+    sw.conn.insert_many(job_entries(job))  # what program_job refuses to write
+    sw.conn.set_multicast_group(job.mcast_grp, [(w.port, job.rid(w.index))
+                                                for w in job.workers])
+    words = random_words(sw, job, rng, 3)
+    for k in (0, 1):
+        send(sw, job, k, words[k], slot=2, seq=5)
+    send(sw, job, 0, words[2], slot=2, seq=6)  # held by the first chunk: a collision
+    assert [count(sw, c, 0, 1) for c in ("slots_opened", "slots_closed",
+                                         "fallback_packets")] == [1, 1, 1]
+    assert count(sw, "agg_packets", 0, 2) == 2
+    assert all(results(sw, port, timeout=0.3) == [] for port in range(1, 6))
+    assert count(sw, "drops", Drop.INTERNAL, 0, timeout=0.5) == 0

@@ -70,6 +70,10 @@ def frame_slot(buffer, offset: int, size: int) -> tuple[memoryview, np.ndarray]:
     return view, words
 
 
+#: ``upstream_table``'s fields where a job has no entry: the metadata's zeros
+NO_UPSTREAM = (0, 0, bytes(6), 0)
+
+
 class Pipeline(SharedPool):
     """The switch's data plane state and the per-packet program of ``qaina.p4``."""
 
@@ -461,15 +465,17 @@ class Pipeline(SharedPool):
         self.agg_final[copy] = 1
         self._result_to_all(buf, cell, group)
 
-    def _partial_to_upstream(self, buf, up: tuple):
+    def _partial_to_upstream(self, buf, up: tuple | None):
         """``partial_to_upstream``: out to the upper aggregator as this switch's
         contribution."""
-        buf[_WORKER] = up[3]
+        buf[_WORKER] = (up or NO_UPSTREAM)[3]
         self._to_upstream(buf, up)
 
-    def _to_upstream(self, buf, up: tuple):
-        """Out of the upstream port, from this aggregator to the upstream's address."""
-        port, addr, mac, _ = up
+    def _to_upstream(self, buf, up: tuple | None):
+        """Out of the upstream port, from this aggregator to the upstream's address.
+        A shared job with no ``upstream_table`` entry has the metadata's zeros, as in
+        the program: port 0, address 0.0.0.0 (a switch without a port 0 drops it)."""
+        port, addr, mac, _ = up or NO_UPSTREAM
         buf[ETH_SRC] = buf[ETH_DST]
         buf[ETH_DST] = mac
         buf[IP_SRC] = buf[IP_DST]
