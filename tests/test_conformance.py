@@ -472,3 +472,44 @@ def test_job_entries_out_of_range_drop_their_packets(sw, field, value, member_in
         got = results(sw, w.port, count=1)
         assert len(got) == 1
         check_result(got[0], job, w, wrapping_sum(words))
+
+
+def test_a_default_action_written_over_p4runtime_is_what_a_miss_runs(sw):
+    """``upstream_table``, ``result_rewrite`` and ``source_guard`` act on a miss by
+    their default action (the program looks at ``hit`` only for admission): a job
+    without an upstream entry sends its sum up the default's way, a copy without a
+    rewrite entry is addressed by the default, and a RESULT from a source no entry
+    lists gets the default's ``results_in``."""
+    rng = np.random.default_rng(32)
+    job = add_job(sw)
+    spare = Worker(3, ip_to_int("10.0.1.7"), mac_to_int("02:00:00:00:01:07"), 4)
+    sw.conn.delete("MyEgress.result_rewrite", {"standard_metadata.egress_rid": job.rid(3)},
+                   "MyEgress.to_worker", {"mac": 0, "ip": 0, "worker": 0})
+    sw.conn.set_default("MyEgress.result_rewrite", "MyEgress.to_worker",
+                        {"mac": spare.mac, "ip": spare.ip, "worker": 3})
+    _, words = one_round(sw, job, rng, slot=1, seq=3)
+    for w in job.workers:
+        got = results(sw, w.port, count=1)
+        assert len(got) == 1
+        check_result(got[0], job, spare if w.index == 3 else w, wrapping_sum(words), seq=3)
+    # Every job without an entry goes up to the default's aggregator.
+    up = Upstream(5, ip_to_int("10.0.1.9"), mac_to_int("02:00:00:00:01:09"), 6)
+    sw.conn.set_default("MyIngress.upstream_table", "MyIngress.set_upstream",
+                        {"port": up.port, "addr": up.ip, "mac": up.mac, "worker": up.worker})
+    _, words = one_round(sw, job, rng, slot=2, seq=4)
+    got = results(sw, 5, count=1)
+    assert len(got) == 1 and got[0][IP].dst == "10.0.1.9" and got[0][QAINA].worker == 6
+    assert list(got[0][QAINA].words) == [int(x) for x in wrapping_sum(words)]
+    assert all(results(sw, w.port, timeout=0.3) == [] for w in job.workers)
+    # A RESULT from an unlisted source on an unguarded port: forged while the default
+    # leaves results_in at 0, routed once it sets 1.
+    frame = (Ether(src=AGG_MAC, dst="02:00:00:00:00:01") / IP(src=OTHER_IP, dst="10.0.0.1")
+             / UDP(sport=QAINA_UDP_PORT, dport=QAINA_UDP_PORT)
+             / QAINA(job_id=7, worker=0, flags=FLAG_RESULT, words=[5] * sw.words))
+    sw.hosts[5].send(frame)
+    assert count(sw, "drops", Drop.FORGED_RESULT, 1) == 1
+    sw.conn.set_default("MyIngress.source_guard", "MyIngress.allow_source", {"results": 1})
+    sw.hosts[5].send(frame)
+    got = results(sw, 1, count=1)
+    assert len(got) == 1 and got[0][QAINA].flags == FLAG_RESULT
+    assert count(sw, "drops", Drop.FORGED_RESULT, 1, timeout=0.3) == 1

@@ -342,6 +342,13 @@ class SwitchConnection:
         if updates:
             self._write(f"{verb} {len(updates)} entries", updates)
 
+    def set_default(self, table: str, action: str, params: dict | None = None):
+        """The action ``table`` runs on a miss (a MODIFY of its default entry)."""
+        update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.MODIFY)
+        update.entity.table_entry.CopyFrom(self.table_entry(table, {}, action, params,
+                                                            default=True))
+        self._write(f"default action of {table}", [update])
+
     def delete(self, table: str, match: dict, action: str, params: dict | None = None):
         entry = self.table_entry(table, match, action, params)
         update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.DELETE)

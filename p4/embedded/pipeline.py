@@ -74,6 +74,21 @@ def frame_slot(buffer, offset: int, size: int) -> tuple[memoryview, np.ndarray]:
 NO_UPSTREAM = (0, 0, bytes(6), 0)
 
 
+def _upstream(action: str, params: tuple) -> tuple | None:
+    """What ``upstream_table``'s action sets: (port, address, MAC, worker), or None
+    where it leaves ``up_port`` at 0 (NoAction, or port 0)."""
+    if action != "MyIngress.set_upstream" or params[0] == 0:
+        return None
+    return params[0], params[1], params[2].to_bytes(6, "big"), params[3]
+
+
+def _rewrite(action: str, params: tuple) -> tuple | None:
+    """What ``result_rewrite``'s action sets: (MAC, address, worker), or None (NoAction)."""
+    if action != "MyEgress.to_worker":
+        return None
+    return params[0].to_bytes(6, "big"), _ADDR.pack(params[1]), params[2]
+
+
 class Pipeline(SharedPool):
     """The switch's data plane state and the per-packet program of ``qaina.p4``."""
 
@@ -114,10 +129,15 @@ class Pipeline(SharedPool):
         self.guarded: set[int] = set()
         #: source_guard: ``port << 32 | srcAddr`` -> results (1: RESULTs may come in)
         self.sources: dict[int, int] = {}
+        #: results_in of a source no entry lists on an unguarded port (the default action)
+        self.unlisted_results = 0
         self._jobs: dict[int, tuple] = {}
         self._members: dict[tuple, tuple] = {}
         self._contributors: dict[int, tuple] = {}
-        self._upstream: dict[int, tuple] = {}
+        #: upstream_table: job -> (port, address, MAC, worker), None for NoAction or port
+        #: 0; ``_upstream_default`` for a job without an entry (the default action)
+        self._upstream: dict[int, tuple | None] = {}
+        self._upstream_default: tuple | None = None
         for table in self.tables.values():
             table.listeners.append(self._rebuild)
             self._rebuild(table)
@@ -191,6 +211,8 @@ class Pipeline(SharedPool):
             # NoAction admits the source and leaves results_in at zero, as on BMv2.
             self.sources = {port << 32 | ip: params[0] if action == "MyIngress.allow_source"
                             else 0 for (port, ip), (action, params) in entries}
+            action, params = table.default  # a miss admits nothing, but sets results_in
+            self.unlisted_results = params[0] if action == "MyIngress.allow_source" else 0
         elif name == "MyIngress.job_table":
             # An entry with NoAction is a hit that leaves the job's metadata at zero
             # (no workers), as on BMv2: its packets fail the worker check.
@@ -203,16 +225,16 @@ class Pipeline(SharedPool):
                              for (job, ip), (action, params) in entries}
             self._contributors = self._contributor_index()
         elif name == "MyIngress.upstream_table":
-            # (port, addr, mac as bytes, worker); port 0 (or NoAction) means none.
-            self._upstream = {job: (params[0], params[1], params[2].to_bytes(6, "big"), params[3])
-                              for (job,), (action, params) in entries
-                              if action == "MyIngress.set_upstream" and params[0] != 0}
+            # (port, addr, mac as bytes, worker); port 0 (or NoAction) means none. The
+            # program applies the table without looking at hit: a miss runs the default.
+            self._upstream = {job: _upstream(action, params)
+                              for (job,), (action, params) in entries}
+            self._upstream_default = _upstream(*table.default)
             self._contributors = self._contributor_index()
         elif name == "MyEgress.result_rewrite":
-            self.pre.rewrites = {rid: (params[0].to_bytes(6, "big"), _ADDR.pack(params[1]),
-                                       params[2])
-                                 for (rid,), (action, params) in entries
-                                 if action == "MyEgress.to_worker"}
+            self.pre.rewrites = {rid: _rewrite(action, params)
+                                 for (rid,), (action, params) in entries}
+            self.pre.rewrite_default = _rewrite(*table.default)
 
     def _contributor_index(self) -> dict[int, tuple]:
         """job_table and member_table joined, keyed by ``job_id << 32 | srcAddr``.
@@ -238,7 +260,8 @@ class Pipeline(SharedPool):
             end = min(slot_base + slot_count, self.pool_slots)
             index[job_id << 32 | ip] = (worker if worker < n_workers else -1, port,
                                         2 * job_index, n_workers, slot_base, end, mcast_grp,
-                                        self._upstream.get(job_id), job[8] != 0)
+                                        self._upstream.get(job_id, self._upstream_default),
+                                        job[8] != 0)
         return index
 
     @staticmethod
@@ -301,6 +324,7 @@ class Pipeline(SharedPool):
         # applies from the next burst on.
         aggregator, unpack, check = self.aggregator, HEADERS.unpack_from, self.check
         sources, guarded, port_key = self.sources, in_port in self.guarded, in_port << 32
+        unlisted = self.unlisted_results
         for (buf, payload), length in zip(slots, lengths):
             try:
                 if length < self.frame_len:
@@ -311,9 +335,12 @@ class Pipeline(SharedPool):
                     self._drop(Drop.NOT_IPV4, length)
                     continue
                 results_in = sources.get(port_key | h[6])
-                if results_in is None and guarded:
-                    self._drop(Drop.SPOOFED_SOURCE, length)
-                elif h[7] not in aggregator:
+                if results_in is None:
+                    if guarded:
+                        self._drop(Drop.SPOOFED_SOURCE, length)
+                        continue
+                    results_in = unlisted
+                if h[7] not in aggregator:
                     if h[12] & FLAG_RESULT and not results_in and _parses_qaina(h):
                         self._drop(Drop.FORGED_RESULT, length)
                     else:
@@ -333,7 +360,7 @@ class Pipeline(SharedPool):
         from ``src`` may come in on this port)."""
         results_in = self.sources.get(in_port << 32 | src)
         if results_in is None:
-            return None if in_port in self.guarded else 0
+            return None if in_port in self.guarded else self.unlisted_results
         return results_in
 
     def check(self, in_port: int, h: tuple):
@@ -347,7 +374,7 @@ class Pipeline(SharedPool):
                 or udp_len != self.wire.udp_len):
             return Drop.MALFORMED  # MyParser left qaina/payload invalid, or lengths
         if flags & FLAG_RESULT:  # only from the job's upper aggregator, on its port
-            up = self._upstream.get(job_id)
+            up = self._upstream.get(job_id, self._upstream_default)
             if up is None or in_port != up[0] or src != up[1] or ver > 1:
                 return Drop.BAD_FLAGS
             return self._upper_result(job_id, slot, up)

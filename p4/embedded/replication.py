@@ -60,7 +60,9 @@ class Replication:
         #: multicast group id -> [(egress port, instance)], as P4Runtime wrote it
         self.groups: dict[int, list[tuple[int, int]]] = {}
         #: instance -> (MAC, address, worker) of MyEgress.result_rewrite's to_worker
-        self.rewrites: dict[int, tuple] = {}
+        #: (None: NoAction); ``rewrite_default`` for an instance without an entry
+        self.rewrites: dict[int, tuple | None] = {}
+        self.rewrite_default: tuple | None = None
         #: results completed and not sent yet: (frame, job counter cell, group)
         self.pending: list[tuple] = []
         self._plans: dict[int, tuple] = {}
@@ -78,7 +80,7 @@ class Replication:
 
         Each replica is ``(send, mac, ip, worker, ip_sum)``; ``send`` is None for a
         port the switch lacks; ``mac`` is None for a copy egress leaves as ingress
-        made it (instance 0, or no ``result_rewrite`` entry). ``block`` is the same as
+        made it (instance 0, or ``result_rewrite`` runs NoAction for it). ``block`` is the same as
         arrays for ``multicast_block`` (None if a copy is left as ingress made it).
         """
         replicas = self.groups.get(group)
@@ -92,7 +94,7 @@ class Replication:
             transmitter = self.port_tx(port)
             transmitters.append(transmitter)
             send = None if transmitter is None else transmitter.send
-            target = instance and self.rewrites.get(instance)
+            target = instance and self.rewrites.get(instance, self.rewrite_default)
             if target:
                 mac, ip, worker = target
                 plan.append((send, mac, ip, worker, _ip_sum(ip)))
