@@ -310,6 +310,34 @@ def test_a_pipeline_config_action_the_spec_lacks_is_refused_and_changes_nothing(
 
 
 
+def test_a_write_for_another_role_and_an_unknown_response_type_are_refused(fresh):
+    """The primary's election id under a role no client arbitrated for writes
+    nothing; a pipeline config asked for in a form the spec lacks is refused."""
+    conn = fresh.conn
+    for role in ({"role": "foo"}, {"role_id": 3}):
+        req = p4runtime_pb2.WriteRequest(device_id=1, **role)
+        req.election_id.high, req.election_id.low = conn.election_id
+        u = req.updates.add(type=p4runtime_pb2.Update.INSERT)
+        u.entity.table_entry.CopyFrom(conn.table_entry(
+            "MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": 5}, "MyIngress.accept_qaina"))
+        with pytest.raises(ControlError, match="PERMISSION_DENIED"):
+            conn._call("write", conn.stub.Write, req)
+    assert conn.read_table("MyIngress.aggregator_addr") == []
+    req = p4runtime_pb2.GetForwardingPipelineConfigRequest(device_id=1, response_type=99)
+    with pytest.raises(ControlError, match="INVALID_ARGUMENT"):
+        conn._call("get pipeline", conn.stub.GetForwardingPipelineConfig, req)
+
+
+def test_a_read_of_a_negative_or_past_the_end_index_is_refused(fresh):
+    conn = fresh.conn
+    for index, code in ((-1, "INVALID_ARGUMENT"), (16, "OUT_OF_RANGE")):
+        entity = p4runtime_pb2.Entity()
+        entity.counter_entry.counter_id = conn.p4info.counter("MyIngress.drops").id
+        entity.counter_entry.index.index = index
+        with pytest.raises(ControlError, match=code):
+            conn._read("a cell of drops", entity)
+
+
 def _arbitration(election_low: int) -> p4runtime_pb2.StreamMessageRequest:
     m = p4runtime_pb2.StreamMessageRequest()
     m.arbitration.device_id = 1

@@ -55,6 +55,11 @@ def counter_negative_index(conn):
 
 
 @case("INVALID_ARGUMENT")
+def counter_negative_counts(conn):
+    return [counter_update(conn, U.MODIFY, packets=-5)]
+
+
+@case("INVALID_ARGUMENT")
 def counter_insert(conn):
     return [counter_update(conn, U.INSERT)]
 

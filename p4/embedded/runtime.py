@@ -107,8 +107,13 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
             _abort(context, "NOT_FOUND", f"no device {device_id} here "
                    f"(this switch is device {self.device.device_id})")
 
-    def _check_primary(self, election_id, context):
-        if self.device.primary is None or election_of(election_id) != self.device.primary:
+    def _check_primary(self, request, context):
+        if request.role or request.role_id:
+            role = request.role or f"id {request.role_id}"
+            _abort(context, "PERMISSION_DENIED", f"no client is primary for role {role!r}: "
+                   "this switch knows only the default role (leave role unset)")
+        if (self.device.primary is None
+                or election_of(request.election_id) != self.device.primary):
             _abort(context, "PERMISSION_DENIED", "only the primary client may write; "
                    "open a StreamChannel with the highest election id first")
 
@@ -132,7 +137,7 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
         if action in (_ACTION.VERIFY_AND_SAVE, _ACTION.COMMIT):
             _abort(context, "UNIMPLEMENTED",
                    "use VERIFY_AND_COMMIT, RECONCILE_AND_COMMIT or VERIFY")
-        self._check_primary(request.election_id, context)
+        self._check_primary(request, context)
         if not request.HasField("config"):
             _abort(context, "INVALID_ARGUMENT", "no config given")
         info = self._program(request.config.p4info, context)
@@ -168,6 +173,9 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
         resp = p4runtime_pb2.GetForwardingPipelineConfigResponse()
         kind = request.response_type
         R = p4runtime_pb2.GetForwardingPipelineConfigRequest
+        if kind not in R.ResponseType.values():
+            _abort(context, "INVALID_ARGUMENT", f"response_type {kind} is not one of the "
+                   "spec's (ALL, COOKIE_ONLY, P4INFO_AND_COOKIE, DEVICE_CONFIG_AND_COOKIE)")
         if kind in (R.ALL, R.P4INFO_AND_COOKIE):
             resp.config.p4info.CopyFrom(self.device.config.p4info)
         if kind in (R.ALL, R.DEVICE_CONFIG_AND_COOKIE):
@@ -179,7 +187,7 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
         """Every update is attempted (CONTINUE_ON_ERROR); if any fails, the status is
         UNKNOWN with one p4.v1.Error per update, in order, in its details."""
         self._check_device(request.device_id, context)
-        self._check_primary(request.election_id, context)
+        self._check_primary(request, context)
         pipeline = self._pipeline(context)
         if request.atomicity != _ATOMICITY.CONTINUE_ON_ERROR:
             _abort(context, "UNIMPLEMENTED", "only CONTINUE_ON_ERROR batches are supported")
@@ -337,6 +345,9 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
             raise PipelineError("INVALID_ARGUMENT",
                                 f"no counter with id {entry.counter_id} in the P4Info")
         cells = _cells(entry, info, "counter")
+        if entry.data.packet_count < 0 or entry.data.byte_count < 0:
+            raise PipelineError("INVALID_ARGUMENT", "a counter's packet and byte counts "
+                                "cannot be negative")
         if entry.HasField("data"):
             pipeline.counters[info.name][cells] = (entry.data.packet_count,
                                                    entry.data.byte_count)
@@ -462,7 +473,9 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
     def _indexes(query, size) -> slice:
         """The cells a query asks for, as a slice of the array."""
         if query.HasField("index"):
-            if not 0 <= query.index.index < size:
+            if query.index.index < 0:
+                raise PipelineError("INVALID_ARGUMENT", f"index {query.index.index} is negative")
+            if query.index.index >= size:
                 raise PipelineError("OUT_OF_RANGE", f"index {query.index.index} >= {size}")
             return slice(query.index.index, query.index.index + 1)
         return slice(0, size)
