@@ -36,6 +36,7 @@ class Drop(IntEnum):
     SPOOFED_SOURCE = 11  # a source address the guarded ingress port does not admit
     FORGED_RESULT = 12  # a RESULT on a port where no aggregator lies upstream of its source
     STALE_RESULT = 13  # two levels: an upper aggregator's result no slot copy waits for
+    TTL_EXPIRED = 14  # to be routed with a TTL of 0 or 1 (it would leave with 0, or 255)
     INTERNAL = 15  # embedded switch only: processing the packet failed (a bug; logged)
 
 

@@ -65,6 +65,7 @@ const bit<32> DROP_WRONG_PORT = 10;     /* member's address on another ingress p
 const bit<32> DROP_SPOOFED_SOURCE = 11; /* source address not allowed on a guarded port */
 const bit<32> DROP_FORGED_RESULT = 12;  /* RESULT where no aggregator lies upstream    */
 const bit<32> DROP_STALE_RESULT = 13;   /* upstream result no copy is waiting for     */
+const bit<32> DROP_TTL_EXPIRED = 14;    /* to be routed with a TTL of 0 or 1          */
 @noWarn("unused")
 const bit<32> DROP_INTERNAL = 15;       /* embedded switch only: processing failed    */
 
@@ -227,6 +228,11 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
     @id(1) action forward(port_t port) {
         standard_metadata.egress_spec = port;
         hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+        /* The checksum after the decrement (RFC 1624, eqn. 3: the 16-bit word
+           ttl.protocol fell by 0x0100). MyComputeChecksum recomputes it where the
+           header has no options; with options, this is the checksum that leaves. */
+        bit<32> sum = (bit<32>)(~hdr.ipv4.hdrChecksum) + 32w0xFEFF;
+        hdr.ipv4.hdrChecksum = ~(sum[15:0] + (bit<16>)sum[31:16]);
     }
 
     @id(2) action no_route() {
@@ -399,6 +405,10 @@ control MyIngress(inout headers_t hdr, inout metadata_t meta,
             if (hdr.qaina.isValid() && (hdr.qaina.flags & FLAG_RESULT) != 0
                     && meta.results_in == 0) {
                 drop_for(DROP_FORGED_RESULT);
+                return;
+            }
+            if (hdr.ipv4.ttl <= 1) {  /* it would leave with 0, or wrap to 255 */
+                drop_for(DROP_TTL_EXPIRED);
                 return;
             }
             ipv4_lpm.apply();
@@ -692,7 +702,7 @@ control MyEgress(inout headers_t hdr, inout metadata_t meta,
 control MyComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         update_checksum(
-            hdr.ipv4.isValid(),
+            hdr.ipv4.isValid() && hdr.ipv4.ihl == 5,
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.totalLen,
               hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset,
               hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },

@@ -96,7 +96,7 @@ def wrapping_sum(word_lists) -> np.ndarray:
 
 
 def ipv4_checksum_ok(pkt) -> bool:
-    return checksum(bytes(pkt[IP])[:20]) == 0
+    return checksum(bytes(pkt[IP])[:pkt[IP].ihl * 4]) == 0
 
 
 def check_result(pkt, job: Job, worker: Worker, words, exp=None, seq=None, flags=FLAG_RESULT):

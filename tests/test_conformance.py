@@ -513,3 +513,48 @@ def test_a_default_action_written_over_p4runtime_is_what_a_miss_runs(sw):
     got = results(sw, 1, count=1)
     assert len(got) == 1 and got[0][QAINA].flags == FLAG_RESULT
     assert count(sw, "drops", Drop.FORGED_RESULT, 1, timeout=0.3) == 1
+
+
+def with_checksum(pkt, target: int):
+    """``pkt`` with its IPv4 id chosen so that its header checksum is ``target``."""
+    pkt = Ether(bytes(pkt))  # ihl and the lengths filled in
+    header = bytearray(bytes(pkt[IP])[:pkt[IP].ihl * 4])
+    header[4:6] = header[10:12] = b"\0\0"
+    s = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    s = (s & 0xFFFF) + (s >> 16)
+    pkt[IP].id = ((~target & 0xFFFF) - s) % 0xFFFF  # one's complement: it sums to ~target
+    del pkt[IP].chksum
+    pkt = Ether(bytes(pkt))
+    assert pkt[IP].chksum == target
+    return pkt
+
+
+def test_routing_drops_an_expiring_ttl_and_keeps_options_with_a_valid_checksum(sw):
+    """A packet to be routed with a TTL of 0 or 1 is dropped (a loop cannot keep it
+    going); one with IPv4 options keeps them, its checksum updated for the TTL's
+    decrement, also where the update folds to zero."""
+    from scapy.layers.inet import IPOption_Router_Alert
+    w0 = WORKERS[0]
+
+    def frame(tag: int, **ip):
+        return (Ether(src=mac(w0.mac), dst="02:00:00:00:00:05")
+                / IP(src=int_to_ip(w0.ip), dst=OTHER_IP, **ip)
+                / UDP(sport=1234, dport=5678) / struct.pack("!I", tag))
+
+    for ttl in (0, 1):
+        sw.hosts[1].send(frame(ttl, ttl=ttl))
+    assert count(sw, "drops", Drop.TTL_EXPIRED, 2) == 2
+    alert = [IPOption_Router_Alert()]
+    sent = [frame(2, ttl=2), frame(3, ttl=2, options=alert), frame(4, ttl=255, options=alert),
+            with_checksum(frame(5, ttl=64, options=alert), 0xFEFF),
+            with_checksum(frame(6, ttl=64, options=alert), 0x0100)]
+    for pkt in sent:
+        sw.hosts[1].send(pkt)
+    got = [f for f in results(sw, 5, count=len(sent)) if UDP in f]
+    assert [bytes(f[UDP].payload)[:4] for f in got] == [bytes(p[UDP].payload) for p in sent]
+    for out, pkt in zip(got, sent):
+        assert out[IP].ttl == pkt[IP].ttl - 1 and out[IP].options == pkt[IP].options
+        recomputed = out[IP].copy()
+        del recomputed.chksum  # what a full recomputation gives, 0x0000 where it folds
+        assert out[IP].chksum == IP(bytes(recomputed)).chksum and ipv4_checksum_ok(out)
+    assert count(sw, "drops", Drop.TTL_EXPIRED, 2, timeout=0.3) == 2

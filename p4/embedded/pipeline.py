@@ -590,15 +590,25 @@ class Pipeline(SharedPool):
         return self._lpm_default
 
     def _forward(self, buf, length: int, dst: int, ttl: int):
-        """ipv4_lpm: forward with the TTL decremented, or drop for no_route."""
+        """ipv4_lpm: forward with the TTL decremented, or drop (a TTL of 0 or 1, no
+        route). The checksum is recomputed, or for a header with options updated for
+        the decrement (RFC 1624, eqn. 3), as the program does."""
+        if ttl <= 1:
+            self._drop(Drop.TTL_EXPIRED, length)
+            return
         port = self._route(dst)
         if port is None:
             self._drop(Drop.NO_ROUTE, length)
             return
         if self.pre.pending:  # frames leave in the order their packets caused them
             self.pre.flush()
-        buf[IP_TTL] = (ttl - 1) & 0xFF
-        _CHECKSUM.pack_into(buf, IP_CSUM, ipv4_checksum(buf))
+        buf[IP_TTL] = ttl - 1
+        if buf[IP_VIHL] & 0x0F == 5:
+            checksum = ipv4_checksum(buf)
+        else:
+            s = (~_CHECKSUM.unpack_from(buf, IP_CSUM)[0] & 0xFFFF) + 0xFEFF
+            checksum = ~((s & 0xFFFF) + (s >> 16)) & 0xFFFF
+        _CHECKSUM.pack_into(buf, IP_CSUM, checksum)
         self.tx(port, buf[:length])
 
 
