@@ -173,7 +173,8 @@ class BucketNormRule(ScaleRule):
 
     def measure(self, g, chunk_elems):
         squares = per_chunk(g.astype(np.float64) ** 2, chunk_elems, np.sum, np.float64)
-        chunks, per = len(squares), self.bucket_chunks
+        chunks = len(squares)
+        per = max(1, min(self.bucket_chunks, chunks))  # a bucket past the end is one bucket
         padded = np.zeros(-(-chunks // per) * per)
         padded[:chunks] = squares
         return np.repeat(np.sqrt(padded.reshape(-1, per).sum(axis=1)), per)[:chunks]

@@ -53,6 +53,12 @@ def test_qsgd_scale_is_the_shared_bucket_norm():
     norms = [np.linalg.norm(g[i:i + 480].astype(np.float64)) for i in range(0, 1000, 480)]
     assert np.allclose(stat, np.repeat(norms, 3)[:7])
     assert (rule.factors(rule.codes(g, 160)) >= stat).all()
+    # A bucket past the gradient's end is one bucket (the old code allocated the
+    # whole bucket, MemoryError from an agent mid-run for --bucket 10**13).
+    huge = scale_rule("qsgd", 160, bucket=10 ** 15)
+    whole = np.linalg.norm(g.astype(np.float64))
+    assert np.allclose(huge.statistics(g, 160), whole)
+    assert np.allclose(scale_rule("qsgd", 1, bucket=10 ** 15).statistics(g, 1), whole)
 
 
 @pytest.mark.parametrize("quantizer", QUANTIZERS)
