@@ -200,6 +200,38 @@ def test_sigterm_twice_still_tears_down_and_writes_the_summary(tmp_path):
     assert leftovers(record) == []
 
 
+def test_a_hangup_of_the_terminal_tears_down_like_sigterm(tmp_path):
+    """The terminal of a run closes (an ssh session drops): SIGHUP, and writes to the
+    terminal fail from then on. The run is torn down, its summary written; under
+    ``nohup`` (SIGHUP ignored) it runs on to its end."""
+    import pty
+    master, slave = pty.openpty()
+    cmd = [sys.executable, "-m", "qaina_bench.harness.cli", "up", *STAR, "--iterations", "12",
+           "--bits", "32", "--bw", "0.5", "--results-dir", str(tmp_path), "--run-id", "hup"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    os.close(slave)
+    try:
+        wait_for(lambda: iterating(tmp_path, "hup"), what="the first iteration")
+        record = record_of("hup")
+    finally:
+        os.close(master)  # the terminal is gone: writes to it fail (EIO)
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(60) == 130
+    summary = json.loads((tmp_path / "hup" / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert record_of("hup") is None
+    assert leftovers(record) == []
+    ignored = subprocess.Popen(["nohup", *cmd[:-1], "hup-ignored", "--iterations", "2"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT)
+    wait_for(lambda: iterating(tmp_path, "hup-ignored"), what="the first iteration")
+    ignored.send_signal(signal.SIGHUP)
+    out, _ = ignored.communicate(timeout=120)
+    assert ignored.returncode == 0, out.decode()
+    summary = json.loads((tmp_path / "hup-ignored" / "summary.json").read_text())
+    assert summary["status"] == "complete"
+
+
 def test_after_kill_9_of_the_cli_the_next_run_removes_what_it_left(tmp_path):
     proc = cli(tmp_path, "killed", "--iterations", "12", "--bits", "32", "--bw", "0.5")
     wait_for(lambda: iterating(tmp_path, "killed"), what="the first iteration")

@@ -1,7 +1,8 @@
 """What a run starts on its hosts, and the signals it holds while it starts them.
 
 ``AgentProcess`` is one launched agent and the records it has written so far;
-``deferred_signals`` holds Ctrl-C and SIGTERM until a block that starts or records
+``deferred_signals`` holds Ctrl-C and SIGTERM (and SIGHUP, a closed terminal, unless
+the run was started with it ignored, as by ``nohup``) until a block that starts or records
 processes is done (``ignored_signals`` drops them during the teardown), so that
 nothing started is ever left unrecorded; ``nudged`` makes sure a signal's handler runs
 while the main thread waits in a system call (the CLI's next line).
@@ -13,6 +14,7 @@ import json
 import os
 import select
 import signal
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -54,8 +56,39 @@ class AgentProcess:
 
 
 def _terminate(signum, frame):
-    """SIGTERM ends a run like Ctrl-C: torn down, results kept."""
+    """SIGTERM (and SIGHUP) ends a run like Ctrl-C: torn down, results kept."""
+    if signum == signal.SIGHUP:
+        detach_terminal()
     raise KeyboardInterrupt
+
+
+def end_on_termination():
+    """SIGTERM, and SIGHUP unless it is ignored, end the run from now on as Ctrl-C does."""
+    signal.signal(signal.SIGTERM, _terminate)
+    if hangup_handled():
+        signal.signal(signal.SIGHUP, _terminate)
+
+
+def hangup_handled() -> bool:
+    """Whether SIGHUP ends a run: not where it was started with SIGHUP ignored
+    (``nohup``), which must keep it going when the terminal closes."""
+    return signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN
+
+
+def detach_terminal():
+    """The terminal hung up: standard output and error that went to it go to
+    /dev/null from now on, so that the teardown's lines cannot fail it (EIO).
+    Files and pipes keep them."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            try:
+                if stat.S_ISCHR(os.fstat(fd).st_mode):
+                    os.dup2(null, fd)
+            except OSError:
+                pass
+    finally:
+        os.close(null)
 
 
 class RunError(RuntimeError):
@@ -66,18 +99,21 @@ class deferred_signals:
     """Ctrl-C and SIGTERM wait until the block is done, then interrupt: Mininet and
     the bookkeeping of a started process must not be cut in the middle."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     #: the last signal any block held: one that came in a block that ended with an
     #: error, or while a run was torn down, is not lost (``Run.signalled``)
     held_last: int | None = None
 
     def __enter__(self):
         self.caught = None
-        self.previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
+        signums = [s for s in self.SIGNALS if s != signal.SIGHUP or hangup_handled()]
+        self.previous = {s: signal.signal(s, self._note) for s in signums}
         return self
 
     def _note(self, signum, frame):
         self.caught = deferred_signals.held_last = signum
+        if signum == signal.SIGHUP:
+            detach_terminal()
 
     def __exit__(self, kind, value, tb):
         for s, handler in self.previous.items():

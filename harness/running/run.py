@@ -45,7 +45,7 @@ from .runmeta import new_run_id, write_results
 from .sampling import Sampler
 from ..trainscript import ScriptLauncher
 from .starter import Starters
-from .processes import (AgentProcess, RunError, _terminate, agent_env, deferred_signals,
+from .processes import (AgentProcess, RunError, agent_env, deferred_signals, end_on_termination,
                         failed_text, ignored_signals, named_cause, end_popens,
                         unfinished)
 
@@ -148,7 +148,7 @@ class Run:
     # -- the run -------------------------------------------------------------------
     def execute(self) -> dict:
         cfg = self.cfg
-        signal.signal(signal.SIGTERM, _terminate)
+        end_on_termination()
         deferred_signals.held_last = None
         self.writer.write_config(cfg.to_yaml())
         try:
