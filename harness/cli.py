@@ -263,6 +263,9 @@ def clean():
     """Remove what crashed runs left behind (only what their records list)."""
     import time
     from .running.record import leftover_temp_files, stale_records
+    if os.geteuid() != 0:  # the records and what they list are root's
+        _fail("qaina-bench clean needs root (the runs' records, their links and "
+              "processes are root's): run it with sudo")
     recs = stale_records()
     for rec in recs:
         for line in rec.remove() or ["nothing left"]:

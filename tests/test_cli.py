@@ -136,9 +136,10 @@ def test_bmv2_target_says_what_is_missing(monkeypatch):
 
 def test_without_root_says_to_use_sudo(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    code, out = run_cli("up", "--topo", "star", "--jobs", "1")
-    assert code != 0
-    assert "needs root" in out and "sudo" in out and "Traceback" not in out
+    for args in (("up", "--topo", "star", "--jobs", "1"), ("clean",)):
+        code, out = run_cli(*args)
+        assert code != 0, args
+        assert "needs root" in out and "sudo" in out and "Traceback" not in out, out
 
 
 @pytest.mark.smoke
