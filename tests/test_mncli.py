@@ -109,10 +109,13 @@ def threads_of(pid: int) -> str:
 
 @pytest.fixture
 def session(tmp_path):
+    """Sessions whose results directory needs quoting in a shell (the lines the CLI
+    prints are pasted into the hosts' shells)."""
     made = []
+    results = tmp_path / "results $HOME dir"
 
     def start(run_id, *cli):
-        made.append(Session(tmp_path, run_id, *cli))
+        made.append(Session(results, run_id, *cli))
         assert made[-1].pump(lambda: PROMPT in made[-1].out), made[-1].out
         return made[-1]
     yield start

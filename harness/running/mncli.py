@@ -58,9 +58,10 @@ def _terminated(signum, frame):
 
 
 def hand_command(config: Path, host: str) -> str:
-    """The CLI line that starts an agent by hand from its configuration ``config``."""
-    return (f"{host} {sys.executable} -m qaina_bench.hosts.agent {config} "
-            f"> {config.with_suffix('.log')} 2>&1 &")
+    """The CLI line that starts an agent by hand from its configuration ``config``
+    (the host's shell runs it: every path is quoted)."""
+    agent = shlex.join([sys.executable, "-m", "qaina_bench.hosts.agent", str(config)])
+    return f"{host} {agent} > {shlex.quote(str(config.with_suffix('.log')))} 2>&1 &"
 
 
 def hand_configs(agents, directory: Path) -> list[tuple[str, Path]]:
