@@ -569,3 +569,24 @@ def test_ctrl_c_of_a_command_that_does_not_handle_it_exits_130_in_one_line():
         proc.kill()
         proc.wait()
     assert proc.returncode == 130 and err.strip() == "interrupted", err
+
+
+def test_ctrl_c_while_the_command_loads_ends_it_in_one_line():
+    """The installed command, interrupted at once (its imports take a second or
+    two) and later: one line and status 130, or the command's own end; never a
+    traceback."""
+    import time
+    from pathlib import Path
+    command = Path(sys.executable).with_name("qaina-bench")
+    if not command.exists():
+        pytest.skip(f"{command} is not installed (pip install -e .)")
+    for delay in (0.3, 0.6):
+        proc = subprocess.Popen([str(command), "up", "--dry-run"], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        assert b"Traceback" not in out and b"KeyboardInterrupt" not in out, out.decode()
+        assert proc.returncode in (130, 0), (delay, proc.returncode, out.decode()[-300:])
+        if proc.returncode == 130:
+            assert out.decode().strip().endswith("interrupted"), out.decode()[-300:]
