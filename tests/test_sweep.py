@@ -71,6 +71,10 @@ def spec(**over) -> dict:
      "plot: panel 1: unknown key(s) colour"),
     ({"plot": {"x": "bits", "panels": []}}, "plot: panels must be a list"),
     ({"plot": {"panels": [{"y": "iteration_s"}]}}, "plot: give x"),
+    ({"grid": {"s": [{"label": "a\x1b]0;x\x07b", "bits": 4}]}}, "holds a control character"),
+    ({"grid": {"s": [{"label": "two\nlines", "bits": 4}]}}, "holds a tab or a line break"),
+    ({"plot": {"x": "bits", "title": "t\x9bx", "panels": [{"y": "iteration_s"}]}},
+     "holds a control character"),
 ])
 def test_bad_specs_are_one_clear_error(change, fragment):
     with pytest.raises(SweepError) as err:

@@ -28,6 +28,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -111,6 +112,7 @@ class Spec:
         if unknown:
             raise SweepError(f"{where}: unknown key(s) {', '.join(unknown)}; "
                              f"known: {', '.join(sorted(SPEC_KEYS))}")
+        _no_control(data, where)
         data = dict(data)
         if quick:
             data = _apply_quick(data, where)
@@ -356,6 +358,29 @@ def _known(section: dict, keys: set, where: str):
     if bad:
         raise SweepError(f"{where}: unknown key(s) {', '.join(bad)}; known: "
                          f"{', '.join(sorted(keys))}")
+
+
+#: characters no text of a spec may hold: C0 controls but tab and newline, DEL, C1 (they
+#: would reach the terminal, the progress line and the figures as they are)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _no_control(value, where: str, key=None):
+    """SweepError for a control character in any key or text of the spec; keys and
+    labels (they name options, runs and columns) take no tab or line break either."""
+    if isinstance(value, dict):
+        for k, item in value.items():
+            _no_control(k, where, "label")
+            _no_control(item, where, k)
+    elif isinstance(value, list):
+        for item in value:
+            _no_control(item, where, key)
+    elif isinstance(value, str):
+        if _CONTROL.search(value):
+            raise SweepError(f"{where}: {value!r} holds a control character")
+        if key == "label" and ("\n" in value or "\t" in value):
+            raise SweepError(f"{where}: {value!r} holds a tab or a line break (a label or "
+                             "a key names runs and columns: one line)")
 
 
 def _text(value, where: str):
