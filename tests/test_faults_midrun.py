@@ -131,6 +131,8 @@ def test_a_link_taken_down_at_either_end_is_named_with_what_it_stopped(tmp_path,
     assert code == 1, text
     line = next((x for x in text.splitlines() if "links not up" in x), text)
     assert says in line and line.endswith("; links not up: s1-eth2 to h2 (down)"), line
+    if end == "host":  # on a line of its own, not after the progress line
+        assert any(x.startswith("results so far: ") for x in text.splitlines()), text
     assert record_of("link-down") is None and leftovers(record) == []
 
 

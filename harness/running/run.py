@@ -527,7 +527,7 @@ class Run:
         finally:
             self.sampler.stop()
             self.ledger.end()  # before anything is stopped
-        self.echo("")
+            self.echo("")  # the progress line ends, whatever ended the loop
 
     def _hold(self):
         """Keep the network and the switches up, as the jobs left them, until Ctrl-C or
