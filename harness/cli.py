@@ -390,6 +390,8 @@ def results_list(results_dir):
     """Result sets, newest last: status and what was run."""
     from .results.summary import describe_run, list_runs
     from .results.tables import printable
+    if Path(results_dir).exists() and not Path(results_dir).is_dir():
+        _fail(f"--results-dir {results_dir} is not a directory")
     if not Path(results_dir).is_dir():
         _fail(f"--results-dir {results_dir}: no such directory (no run has written there)")
     runs = list_runs(Path(results_dir))

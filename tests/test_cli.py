@@ -590,3 +590,22 @@ def test_ctrl_c_while_the_command_loads_ends_it_in_one_line():
         assert proc.returncode in (130, 0), (delay, proc.returncode, out.decode()[-300:])
         if proc.returncode == 130:
             assert out.decode().strip().endswith("interrupted"), out.decode()[-300:]
+
+
+def test_numbers_in_exponent_form_without_a_dot_are_numbers(tmp_path):
+    """YAML 1.1 reads 1e3 as text; a config file reads it as the number it is (a
+    quoted "5" stays text, and is refused)."""
+    saved = tmp_path / "config.yaml"
+    saved.write_text("output:\n  timeout: 1e3\nnetwork:\n  bw: 2E+1\n  delay: 1ms\n")
+    cfg = RunConfig.from_yaml(saved)
+    assert cfg.output.timeout == 1000.0 and cfg.network.bw == 20.0
+    code, out = run_cli("run", str(saved), "--dry-run")
+    assert code == 0 and "timeout: 1000.0" in out, out
+
+
+def test_results_list_of_a_file_says_it_is_not_a_directory(tmp_path):
+    code, out = run_cli("results", "list", "--results-dir", str(tmp_path / "nope"))
+    assert code != 0 and "no such directory" in out, out
+    (tmp_path / "afile").write_text("")
+    code, out = run_cli("results", "list", "--results-dir", str(tmp_path / "afile"))
+    assert code != 0 and out.strip().endswith("afile is not a directory"), out
