@@ -170,6 +170,10 @@ def show(cfg: RunConfig):
             from .running.capture import CapturePlan
             from .running.run import build_topology
             CapturePlan.resolve(cfg.output.pcap, build_topology(cfg), cfg.output.pcap_size)
+        out = cfg.output
+        if out.run_id and (Path(out.results_dir) / out.run_id).exists():  # as up refuses it
+            raise ConfigError(f"results directory {Path(out.results_dir) / out.run_id} "
+                              "exists; choose another --run-id")
     except ConfigError as exc:
         _fail(exc)
     click.echo(cfg.to_yaml().rstrip("\n"))

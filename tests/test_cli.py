@@ -609,3 +609,11 @@ def test_results_list_of_a_file_says_it_is_not_a_directory(tmp_path):
     (tmp_path / "afile").write_text("")
     code, out = run_cli("results", "list", "--results-dir", str(tmp_path / "afile"))
     assert code != 0 and out.strip().endswith("afile is not a directory"), out
+
+
+def test_a_dry_run_refuses_a_run_id_whose_results_exist_as_up_does(tmp_path):
+    (tmp_path / "taken").mkdir()
+    code, out = run_cli("up", "--dry-run", "--results-dir", str(tmp_path), "--run-id", "taken")
+    assert code != 0 and "taken exists; choose another --run-id" in out, out
+    code, out = run_cli("up", "--dry-run", "--results-dir", str(tmp_path), "--run-id", "free")
+    assert code == 0, out
