@@ -108,6 +108,7 @@ class PortSet:
         most = BURST_SHEDDING if level else BURST
         slots, lengths, frames = port.receive(most)
         if not lengths:
+            port.release()  # a read of frames all dropped (too long) holds its slots too
             return 0
         if level or len(lengths) == most:  # the ring may hold more
             overload.behind(port.number, port.backlog())
