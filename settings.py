@@ -349,6 +349,15 @@ def kind_of(section: type, name: str) -> tuple[type, bool]:
     return next(k for k in kinds if k is not type(None)), type(None) in kinds
 
 
+def _number(text: str) -> float | None:
+    """The finite number ``text`` spells (1e3), else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def typed(section: type, name: str, value, where: str):
     """``value`` of option ``name`` as its declared type; ConfigError if it is not one.
 
@@ -370,5 +379,9 @@ def typed(section: type, name: str, value, where: str):
     if kind == list[str] and isinstance(value, str):
         value = [value]
     if not _OK[kind](value):
-        raise ConfigError(f"{where}: {name} is {value!r}, which is not {_WHAT[kind]}")
+        hint = ""
+        if kind in (int, float) and isinstance(value, str) and _number(value) is not None:
+            hint = (f" (YAML reads {value} as text: without a dot, or quoted; write "
+                    f"{_number(value)!r})")
+        raise ConfigError(f"{where}: {name} is {value!r}, which is not {_WHAT[kind]}{hint}")
     return float(value) if kind is float else value

@@ -85,7 +85,7 @@ class RunConfig(Settings):
         except ValueError as exc:  # a device, a pipe, too large
             raise ConfigError(f"config file {path}: {exc}") from None
         try:
-            data = load_yaml(text)
+            data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -331,22 +331,6 @@ MAX_HEADROOM = 255
 
 #: the largest config file or sweep spec read
 MAX_YAML = 16 << 20
-
-
-class ConfigLoader(yaml.SafeLoader):
-    """YAML of configurations and sweep specs: the safe loader, with numbers such as
-    1e3 and 2.5e-4 (YAML 1.2 floats, which YAML 1.1 reads as text) read as numbers."""
-
-
-ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."))
-
-
-def load_yaml(text: str):
-    """``text`` as YAML (``ConfigLoader``)."""
-    return yaml.load(text, Loader=ConfigLoader)
 
 
 def yaml_limit(exc: Exception) -> str:

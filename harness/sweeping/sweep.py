@@ -39,7 +39,7 @@ import yaml
 from ...hosts.lanes import LaneError, LaneFormat
 from ...settings import SECTION_OF, SECTIONS
 from ..config import (MAX_YAML, RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing,
-                      load_yaml, yaml_limit)
+                      yaml_limit)
 from ..results.resultset import read_text
 from .sweepcsv import columns, run_row
 
@@ -90,7 +90,7 @@ class Spec:
     def load(cls, path, quick: bool = False) -> "Spec":
         where = str(path)
         try:
-            data = load_yaml(read_text(Path(path), MAX_YAML))
+            data = yaml.safe_load(read_text(Path(path), MAX_YAML))
         except FileNotFoundError:
             raise SweepError(f"sweep spec {where} does not exist") from None
         except UnicodeDecodeError:
