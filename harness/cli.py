@@ -70,12 +70,13 @@ def record_on_first_use(cfg: RunConfig) -> None:
 
 
 def execute(cfg: RunConfig, hold: bool = False, cli: str | None = None) -> dict:
+    from .running.processes import terminal_echo
     from .running.run import Run, RunError
     from .switches.control import ControlError
     from .switches.targets import TargetError
     record_on_first_use(cfg)
     try:
-        run = Run(cfg, echo=click.echo, hold=hold, cli=cli)
+        run = Run(cfg, echo=terminal_echo(click.echo), hold=hold, cli=cli)
     except ConfigError as exc:
         _fail(exc)
     except KeyboardInterrupt:

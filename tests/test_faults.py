@@ -215,6 +215,7 @@ def test_a_hangup_of_the_terminal_tears_down_like_sigterm(tmp_path):
         record = record_of("hup")
     finally:
         os.close(master)  # the terminal is gone: writes to it fail (EIO)
+    time.sleep(1.0)  # the progress line meets the closed terminal before SIGHUP comes
     proc.send_signal(signal.SIGHUP)
     assert proc.wait(60) == 130
     summary = json.loads((tmp_path / "hup" / "summary.json").read_text())

@@ -186,9 +186,12 @@ def test_after_the_jobs_agents_started_by_hand_aggregate_as_the_run_did(session,
 
 @pytest.mark.root
 @needs_mininet
-def test_sigterm_in_the_cli_ends_the_run_torn_down(session):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["term", "hup"])
+def test_sigterm_in_the_cli_ends_the_run_torn_down(session, signum):
+    """SIGTERM, or SIGHUP (the terminal closed), at the CLI's prompt before the jobs:
+    the run ends interrupted, its jobs never started."""
     s = session("cli-term", "--cli", "before")
-    s.signal(signal.SIGTERM)
+    s.signal(signum)
     assert s.pump(lambda: s.proc.poll() is not None, 120), s.out + threads_of(s.proc.pid)
     s.out += s.proc.stdout.read() or ""
     assert s.proc.returncode == 130, s.out

@@ -5,7 +5,7 @@ any agent starts; leaving the CLI starts the jobs. ``after``: once the jobs ende
 agents stopped), before the teardown; leaving the CLI tears down. The CLI is
 ``mininet.cli.CLI`` on the run's network (``h1 ping -c1 h2``, ``h1 tcpdump ...``,
 ``nodes``, ``net``, ``help``), with one command more, ``fresh`` (``RunShell``). Ctrl-C stops the command that runs and keeps the CLI (as
-in ``mn``); ``exit``, ``quit`` or end of input leave it. SIGTERM leaves it and ends the
+in ``mn``); ``exit``, ``quit`` or end of input leave it. SIGTERM or SIGHUP leaves it and ends the
 run as usual.
 
 What the user starts from the CLI is the run's too: after every command, each process
@@ -41,7 +41,7 @@ from mininet.cli import CLI
 from mininet.log import output
 
 from ..switches.jobs import free_copies
-from .processes import nudged
+from .processes import detach_terminal, hangup_handled, nudged
 from .record import stop_processes
 
 WHEN = ("before", "after")
@@ -50,10 +50,13 @@ DEFAULT = "before"
 
 
 class Terminated(BaseException):
-    """SIGTERM while the CLI runs: Mininet's CLI catches KeyboardInterrupt, not this."""
+    """SIGTERM (or SIGHUP) while the CLI runs: Mininet's CLI catches KeyboardInterrupt,
+    not this."""
 
 
 def _terminated(signum, frame):
+    if signum == signal.SIGHUP:
+        detach_terminal()
     raise Terminated
 
 
@@ -255,19 +258,21 @@ class RunCLI:
         return {p["pid"] for p in self.record.data["processes"]}
 
     def enter(self) -> bool:
-        """Run the CLI until the user leaves; True if SIGTERM ended it. Then record
-        what the user started."""
-        previous = signal.signal(signal.SIGTERM, _terminated)
+        """Run the CLI until the user leaves; True if SIGTERM or SIGHUP ended it. Then
+        record what the user started."""
+        ending = [signal.SIGTERM] + ([signal.SIGHUP] if hangup_handled() else [])
+        previous = {s: signal.signal(s, _terminated) for s in ending}
         terminated = False
         try:
-            with self.testbed.mininet_log.terminal(), nudged(signal.SIGTERM, signal.SIGINT):
+            with self.testbed.mininet_log.terminal(), nudged(signal.SIGINT, *ending):
                 RunShell(self.testbed.net, freshen=self.freshen, noted=self._record,
                          stdin=self.stdin)
         except Terminated:
             terminated = True
             self.echo("\nterminated: leaving the CLI")
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
             self._record()
         running = [f"{describe(p)} (pid {p.pid})" for p in self.started if p.is_running()]
         running += self.running_there()

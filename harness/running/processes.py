@@ -10,6 +10,7 @@ while the main thread waits in a system call (the CLI's next line).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
@@ -73,6 +74,21 @@ def hangup_handled() -> bool:
     """Whether SIGHUP ends a run: not where it was started with SIGHUP ignored
     (``nohup``), which must keep it going when the terminal closes."""
     return signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN
+
+
+def terminal_echo(echo):
+    """``echo`` that outlives its terminal: a write that fails because the terminal
+    closed (EIO; SIGHUP comes after it) or the reader of a pipe left (EPIPE) is
+    dropped, and later lines to a terminal go to /dev/null (``detach_terminal``); the
+    run goes on to its teardown and results."""
+    def lasting(*args, **kwargs):
+        try:
+            echo(*args, **kwargs)
+        except OSError as exc:
+            if exc.errno not in (errno.EIO, errno.EPIPE, errno.ENXIO):
+                raise
+            detach_terminal()
+    return lasting
 
 
 def detach_terminal():
