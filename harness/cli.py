@@ -70,6 +70,7 @@ def record_on_first_use(cfg: RunConfig) -> None:
 
 
 def execute(cfg: RunConfig, hold: bool = False, cli: str | None = None) -> dict:
+    from .results.resultset import results_problem
     from .running.processes import terminal_echo
     from .running.run import Run, RunError
     from .switches.control import ControlError
@@ -87,7 +88,7 @@ def execute(cfg: RunConfig, hold: bool = False, cli: str | None = None) -> dict:
         print_summary(summary, run.dir)
     except (RunError, ControlError, TargetError, OSError) as exc:
         click.echo(f"results so far: {run.dir}", err=True)
-        _fail(_results_problem(exc, run.dir) or exc)
+        _fail(results_problem(exc, run.dir) or exc)
     except KeyboardInterrupt:  # one more while the first was handled, or while printing
         click.echo(f"interrupted; results in {run.dir}", err=True)
         sys.exit(130)
@@ -99,20 +100,6 @@ def execute(cfg: RunConfig, hold: bool = False, cli: str | None = None) -> dict:
     if not summary["complete"]:
         sys.exit(1)
     return summary
-
-
-def _results_problem(exc: Exception, where: Path) -> str | None:
-    """The line for a result set that could not be written: no space (or a read-only
-    file system), or its folder removed during the run; None for any other error."""
-    import errno
-    if not isinstance(exc, OSError):
-        return None
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-        return (f"cannot write the results in {where}: {exc.strerror} (free space there or "
-                "choose another --results-dir)")
-    if exc.errno == errno.ENOENT and not Path(where).is_dir():
-        return f"the result set {where} was removed while the run went ({exc.filename} is gone)"
-    return None
 
 
 @main.command(cls=SectionedCommand)

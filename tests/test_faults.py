@@ -200,6 +200,12 @@ def test_sigterm_twice_still_tears_down_and_writes_the_summary(tmp_path):
     assert leftovers(record) == []
 
 
+def hangup_default():
+    """SIGHUP's default action in a child, whatever its parent has (under ``nohup``,
+    CI's runner included, it inherits SIGHUP ignored)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def test_a_hangup_of_the_terminal_tears_down_like_sigterm(tmp_path):
     """The terminal of a run closes (an ssh session drops): SIGHUP, and writes to the
     terminal fail from then on. The run is torn down, its summary written; under
@@ -208,7 +214,8 @@ def test_a_hangup_of_the_terminal_tears_down_like_sigterm(tmp_path):
     master, slave = pty.openpty()
     cmd = [sys.executable, "-m", "qaina_bench.harness.cli", "up", *STAR, "--iterations", "12",
            "--bits", "32", "--bw", "0.5", "--results-dir", str(tmp_path), "--run-id", "hup"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
+                            preexec_fn=hangup_default)
     os.close(slave)
     try:
         wait_for(lambda: iterating(tmp_path, "hup"), what="the first iteration")

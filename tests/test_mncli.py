@@ -37,7 +37,8 @@ class Session:
             CLI + ["up", "--topo", "star", "--jobs", "1", "--workers", "2", "--iterations",
                    "2", "--results-dir", str(tmp_path), "--run-id", run_id, *cli],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, bufsize=1)
+            text=True, bufsize=1,  # SIGHUP as a terminal's session has it (not nohup's)
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
         os.set_blocking(self.proc.stdout.fileno(), False)
         self.out = ""
 

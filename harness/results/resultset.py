@@ -12,6 +12,7 @@ what it measured.
 from __future__ import annotations
 
 import csv
+import errno
 import os
 import stat
 from pathlib import Path
@@ -176,3 +177,16 @@ def write_whole(path: Path, text: str):
 def read_csv(path: Path) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def results_problem(exc: Exception, where: Path) -> str | None:
+    """The line for a result set that could not be written: no space (or a read-only
+    file system), or its folder removed during the run; None for any other error."""
+    if not isinstance(exc, OSError):
+        return None
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return (f"cannot write the results in {where}: {exc.strerror} (free space there or "
+                "choose another --results-dir)")
+    if exc.errno == errno.ENOENT and not Path(where).is_dir():
+        return f"the result set {where} was removed while the run went ({exc.filename} is gone)"
+    return None

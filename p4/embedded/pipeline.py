@@ -35,10 +35,10 @@ from ..header import (ETH_DST, ETH_SRC, ETH_TYPE, FLAG_RESULT, FLAG_RETX, IP_CSU
                       ipv4_checksum, wire)
 from ..p4info import P4Info
 from .burst import BURST_MIN, take_burst
-from .parser import ETHERTYPE_IPV4, FRAGMENT, HEADERS, IP_PROTO_UDP
+from .parser import ETHERTYPE_IPV4, FRAGMENT, HEADERS, IP_PROTO_UDP, parses_qaina
 from .replication import PortTx, Replication
 from .shared import UPPER, SharedPool, count_packet as _count
-from .tables import PipelineError, Table
+from .tables import NO_UPSTREAM, PipelineError, Table, rewrite_of, upstream_of
 
 log = logging.getLogger("qaina.switch")
 
@@ -68,25 +68,6 @@ def frame_slot(buffer, offset: int, size: int) -> tuple[memoryview, np.ndarray]:
     words = np.ndarray((MAX_WORDS,), dtype=">u4", buffer=buffer,
                        offset=offset + PAYLOAD_OFFSET)
     return view, words
-
-
-#: ``upstream_table``'s fields where a job has no entry: the metadata's zeros
-NO_UPSTREAM = (0, 0, bytes(6), 0)
-
-
-def _upstream(action: str, params: tuple) -> tuple | None:
-    """What ``upstream_table``'s action sets: (port, address, MAC, worker), or None
-    where it leaves ``up_port`` at 0 (NoAction, or port 0)."""
-    if action != "MyIngress.set_upstream" or params[0] == 0:
-        return None
-    return params[0], params[1], params[2].to_bytes(6, "big"), params[3]
-
-
-def _rewrite(action: str, params: tuple) -> tuple | None:
-    """What ``result_rewrite``'s action sets: (MAC, address, worker), or None (NoAction)."""
-    if action != "MyEgress.to_worker":
-        return None
-    return params[0].to_bytes(6, "big"), _ADDR.pack(params[1]), params[2]
 
 
 class Pipeline(SharedPool):
@@ -227,14 +208,14 @@ class Pipeline(SharedPool):
         elif name == "MyIngress.upstream_table":
             # (port, addr, mac as bytes, worker); port 0 (or NoAction) means none. The
             # program applies the table without looking at hit: a miss runs the default.
-            self._upstream = {job: _upstream(action, params)
+            self._upstream = {job: upstream_of(action, params)
                               for (job,), (action, params) in entries}
-            self._upstream_default = _upstream(*table.default)
+            self._upstream_default = upstream_of(*table.default)
             self._contributors = self._contributor_index()
         elif name == "MyEgress.result_rewrite":
-            self.pre.rewrites = {rid: _rewrite(action, params)
+            self.pre.rewrites = {rid: rewrite_of(action, params)
                                  for (rid,), (action, params) in entries}
-            self.pre.rewrite_default = _rewrite(*table.default)
+            self.pre.rewrite_default = rewrite_of(*table.default)
 
     def _contributor_index(self) -> dict[int, tuple]:
         """job_table and member_table joined, keyed by ``job_id << 32 | srcAddr``.
@@ -341,7 +322,7 @@ class Pipeline(SharedPool):
                         continue
                     results_in = unlisted
                 if h[7] not in aggregator:
-                    if h[12] & FLAG_RESULT and not results_in and _parses_qaina(h):
+                    if h[12] & FLAG_RESULT and not results_in and parses_qaina(h):
                         self._drop(Drop.FORGED_RESULT, length)
                     else:
                         self._forward(buf, length, h[7], h[4])
@@ -611,9 +592,3 @@ class Pipeline(SharedPool):
         _CHECKSUM.pack_into(buf, IP_CSUM, checksum)
         self.tx(port, buf[:length])
 
-
-def _parses_qaina(h: tuple) -> bool:
-    """Whether ``MyParser`` extracts the QAINA header of a frame with ``HEADERS`` ``h``
-    (IPv4 without options, not a fragment, UDP to the QAINA port)."""
-    return (h[1] & 0x0F == 5 and not h[3] & FRAGMENT and h[5] == IP_PROTO_UDP
-            and h[8] == QAINA_UDP_PORT)

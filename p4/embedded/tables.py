@@ -131,3 +131,22 @@ class Table:
             return
         for listener in self.listeners:
             listener(self)
+
+
+#: ``upstream_table``'s fields where a job has no entry: the metadata's zeros
+NO_UPSTREAM = (0, 0, bytes(6), 0)
+
+
+def upstream_of(action: str, params: tuple) -> tuple | None:
+    """What ``upstream_table``'s action sets: (port, address, MAC, worker), or None
+    where it leaves ``up_port`` at 0 (NoAction, or port 0)."""
+    if action != "MyIngress.set_upstream" or params[0] == 0:
+        return None
+    return params[0], params[1], params[2].to_bytes(6, "big"), params[3]
+
+
+def rewrite_of(action: str, params: tuple) -> tuple | None:
+    """What ``result_rewrite``'s action sets: (MAC, address, worker), or None (NoAction)."""
+    if action != "MyEgress.to_worker":
+        return None
+    return params[0].to_bytes(6, "big"), params[1].to_bytes(4, "big"), params[2]
