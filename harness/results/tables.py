@@ -15,12 +15,12 @@ from .metrics import table_metrics
 
 #: control characters (C0 but tab and newline, DEL, C1): a summary.json written by
 #: another tool, or by hand, could move the cursor or retitle the terminal with them
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def printable(text: str) -> str:
     """``text`` with every control character shown as ``?``."""
-    return _CONTROL.sub("?", text)
+    return CONTROL.sub("?", text)
 
 
 def echo(text: str = "", **kwargs):

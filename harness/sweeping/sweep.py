@@ -28,7 +28,6 @@ import hashlib
 import itertools
 import json
 import math
-import re
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -41,6 +40,7 @@ from ...settings import SECTION_OF, SECTIONS
 from ..config import (MAX_YAML, RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing,
                       yaml_limit)
 from ..results.resultset import read_text
+from ..results.tables import CONTROL
 from .sweepcsv import columns, run_row
 
 SPEC_KEYS = {"name", "description", "base", "grid", "repeats", "window_elements", "traces",
@@ -360,11 +360,6 @@ def _known(section: dict, keys: set, where: str):
                          f"{', '.join(sorted(keys))}")
 
 
-#: characters no text of a spec may hold: C0 controls but tab and newline, DEL, C1 (they
-#: would reach the terminal, the progress line and the figures as they are)
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
 def _no_control(value, where: str, key=None):
     """SweepError for a control character in any key or text of the spec; keys and
     labels (they name options, runs and columns) take no tab or line break either."""
@@ -376,7 +371,7 @@ def _no_control(value, where: str, key=None):
         for item in value:
             _no_control(item, where, key)
     elif isinstance(value, str):
-        if _CONTROL.search(value):
+        if CONTROL.search(value):  # would reach the terminal and the figures as they are
             raise SweepError(f"{where}: {value!r} holds a control character")
         if key == "label" and ("\n" in value or "\t" in value):
             raise SweepError(f"{where}: {value!r} holds a tab or a line break (a label or "

@@ -269,18 +269,23 @@ class Port:
                                                   tag >> 16)
 
     def _drop_oversize(self, cut: list[int], slots, lengths, longest: int):
-        """Frames ``cut`` (indexes) were longer than a ring slot holds: they are
-        dropped, counted and said once, never forwarded cut short."""
-        self.rx_oversize += len(cut)
-        if self.rx_oversize == len(cut):
+        """Frames ``cut`` (indexes) of a read were longer than a ring slot holds: the
+        slots and lengths of the others."""
+        self._count_oversize(len(cut), longest)
+        drop = set(cut)
+        keep = [k for k in range(len(lengths)) if k not in drop]
+        return [slots[k] for k in keep], [lengths[k] for k in keep]
+
+    def _count_oversize(self, count: int, longest: int):
+        """``count`` frames longer than a port takes were dropped (never forwarded cut
+        short): counted, and said once."""
+        self.rx_oversize += count
+        if self.rx_oversize == count:
             log.warning("port %d (%s): a frame of %d bytes is longer than the %d a port "
                         "takes: dropped, as every such frame (counted as rx_oversize in "
                         "the port stats); keep the interface's MTU at %d or less",
                         self.number, self.ifname, longest, FRAME_LONGEST,
                         FRAME_LONGEST - ETH_HLEN)
-        drop = set(cut)
-        keep = [k for k in range(len(lengths)) if k not in drop]
-        return [slots[k] for k in keep], [lengths[k] for k in keep]
 
     def backlog(self) -> int:
         """How many frames the receive ring holds, those of the last ``receive()``
@@ -449,7 +454,7 @@ class Port:
                                                       socket.MSG_TRUNC)
                 read += 1
                 if flags & socket.MSG_TRUNC:  # n: the frame's whole length
-                    self._drop_oversize([0], [slot], [n], n)
+                    self._count_oversize(1, n)
                     continue
                 for level, kind, data in ancillary:
                     if level == SOL_PACKET and kind == PACKET_AUXDATA:
