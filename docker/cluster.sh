@@ -153,6 +153,10 @@ assert where["sp1"] == where["sp2"] == "qb-c", where
 assert all(where[f"h{i}"] == ("localhost" if i % 2 else "qb-b") for i in range(1, 9)), where
 retx = sum(j["retransmissions"] for j in summary["jobs"])
 assert summary["links"]["loss_percent"] == 2.0 and retx > 0, (summary["links"], retx)
+loss = summary["link_loss"]  # the rules' counters, read on every server
+assert loss["by"] == "nftables" and "error" not in loss and loss["lost"] > 0, loss
+spines = [c["frames"] for i, c in loss["interfaces"].items() if i.startswith("sp")]
+assert spines and any(spines), loss["interfaces"]  # qb-c's rules were read too
 print(f"  exact sums: {len(summary['jobs'])} jobs x {summary['iterations']} iterations "
       f"({retx} retransmissions at 2% loss); placement {where}")
 # every agent's records and log (empty unless it failed), every switch's log and port

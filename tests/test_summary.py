@@ -219,3 +219,30 @@ def test_steady_means_take_the_schemes_iterations_per_job_then_over_jobs(tmp_pat
     row_ = run_row(result_set(tmp_path, {**SUMMARY, "compress": "gradiveq"}, ITERATIONS))
     assert row_["steady_iteration_s"] == pytest.approx(0.45)
     assert row_["steady_bytes_per_iteration"] == pytest.approx(350)
+
+
+def test_link_loss_sums_the_rules_counts_and_warns_when_they_did_not_act():
+    from qaina_bench.harness.results.summary import loss_summary, loss_warnings
+    ends = {"h1-eth0": {"frames": 900, "bytes": 900_000, "lost": 9, "lost_bytes": 9_000},
+            "s1-eth1": {"frames": 100, "bytes": 100_000, "lost": 1, "lost_bytes": 2_000}}
+    loss = loss_summary({"by": "nftables", "interfaces": ends}, 1.0)
+    assert (loss["frames"], loss["lost"], loss["bytes"]) == (1000, 10, 1_000_000)
+    assert loss["lost_share"] == pytest.approx(0.011)
+    links = {"s1-eth1": {"bytes_sent": 100_000, "bytes_recv": 900_000}}
+    assert loss_warnings(loss, links) == []
+    # the hook saw nothing though the links carried frames: the links were lossless
+    unseen = loss_summary({"by": "nftables", "interfaces": {
+        k: dict.fromkeys(v, 0) for k, v in ends.items()}}, 1.0)
+    assert "saw none" in loss_warnings(unseen, links)[0]
+    assert loss_warnings(unseen, {}) == []  # nor did the links carry any
+    # 5% asked of 10,000 frames, 300 lost: far below (500 +- 22)
+    few = loss_summary({"by": "nftables", "interfaces": {"h1-eth0": {
+        "frames": 10_000, "bytes": 10**7, "lost": 300, "lost_bytes": 3 * 10**5}}}, 5.0)
+    assert "lost 300 of 10000 frames" in loss_warnings(few, links)[0]
+    near = loss_summary({"by": "nftables", "interfaces": {"h1-eth0": {
+        "frames": 10_000, "bytes": 10**7, "lost": 430, "lost_bytes": 43 * 10**4}}}, 5.0)
+    assert loss_warnings(near, links) == []
+    unread = loss_summary({"by": "nftables", "error": "the counters could not be read"}, 1.0)
+    assert "not known" in loss_warnings(unread, links)[0]
+    assert loss_summary({"by": "netem"}, 1.0) == {"percent": 1.0, "by": "netem"}
+    assert loss_summary(None, None) is None and loss_warnings(None, links) == []

@@ -204,6 +204,7 @@ def test_lossy_links_still_aggregate_every_chunk_exactly_once(tmp_path, target):
     check_exact_aggregates(directory, summary)
     job = summary["jobs"][0]
     assert job["retransmissions"] > 0  # 1% loss on every link did hit the run
+    check_link_loss(summary, 1.0)
     chunks = -(-job["elements_per_iteration"] // (32 * job["lanes"]))
     c = final_counters(directory, "s1", job["job_id"])
     assert c["slots_closed"] == c["slots_opened"] == min(16, chunks) + 3 * chunks
@@ -396,6 +397,21 @@ def test_tcp_baselines_see_the_link_loss(tmp_path):
     assert summary["complete"], summary["errors"]
     check_exact_aggregates(directory, summary)
     assert summary["jobs"][0]["retransmissions"] > 0
+    check_link_loss(summary, 5.0)
+
+
+def check_link_loss(summary: dict, percent: float):
+    """The summary says how the loss was made and, for nftables rules, that they lost
+    about ``percent`` % of what every link carried."""
+    loss = summary["link_loss"]
+    assert loss["percent"] == percent
+    if loss["by"] == "netem":
+        return
+    assert loss["by"] == "nftables" and set(loss["interfaces"]) >= set(summary["interfaces"])
+    assert loss["frames"] > 300 and 0 < loss["lost"] < loss["frames"]
+    assert 100 * loss["lost_share"] < percent * 3
+    # nor far below the rate (5 standard deviations: loss_warnings)
+    assert not [w for w in summary["validity"]["warnings"] if "loss rules" in w]
 
 
 def test_closed_loop_training_learns_from_the_aggregates(tmp_path):

@@ -220,6 +220,40 @@ def link_summary(samples: list[dict]) -> dict:
             for name in sorted(first)}
 
 
+def loss_summary(applied: dict | None, percent: float | None) -> dict | None:
+    """The link loss the run asked for and, where nftables made it, the frames its
+    rules saw and lost over all links (``harness/running/linkloss.py``)."""
+    if applied is None:
+        return None
+    out = {"percent": percent, **applied}
+    ends = applied.get("interfaces")
+    if ends is not None:
+        for key in ("frames", "bytes", "lost", "lost_bytes"):
+            out[key] = sum(c.get(key, 0) for c in ends.values())
+        # bytes: a host's TCP bursts pass the rules whole (``parse_counts``)
+        out["lost_share"] = out["lost_bytes"] / out["bytes"] if out["bytes"] else None
+    return out
+
+
+def loss_warnings(loss: dict | None, links: dict) -> list[str]:
+    """Warnings for loss asked for but not made: the rules' counters unread, frames on
+    the links that the rules never saw, or far fewer losses than the rate gives."""
+    if not loss or loss.get("by") != "nftables":
+        return []
+    if "error" in loss:
+        return [f"{loss['error']}: the loss the links had is not known"]
+    carried = sum(b["bytes_sent"] for b in links.values())
+    if not loss["frames"] and carried:
+        return ["the links carried frames but the nftables loss rules saw none: the "
+                "kernel did not run their egress hook, so the links were lossless"]
+    expected = loss["frames"] * loss["percent"] / 100
+    if expected >= 25 and loss["lost"] < expected - 5 * expected ** 0.5:
+        return [f"the loss rules lost {loss['lost']} of {loss['frames']} frames, far below "
+                f"the {expected:.0f} that {loss['percent']:g}% gives: the links lost less "
+                "than asked"]
+    return []
+
+
 def fidelity(job: dict, rows: list[dict], series: dict, cfg, meta: dict) -> dict:
     """The job's fidelity verdict (``harness/results/fidelity.py``) from the run's tables: the
     links of its hosts and the processes it depends on, as the run recorded them."""
@@ -306,6 +340,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "events": meta["events"],
         "jobs": jobs,
         "link_bytes": link_summary(link_samples),
+        "link_loss": loss_summary(meta.get("link_loss"), cfg.network.loss),
         "tier_bytes": tier_bytes(link_summary(link_samples), meta.get("interfaces") or {}),
         "interfaces": meta.get("interfaces"),  # switch interface -> node at its far end
         "processes": meta.get("processes"),  # what the run started: component, job
@@ -326,6 +361,8 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "written": time.time(),
     }
     summary["validity"]["warnings"] += meta.get("warnings") or []  # e.g. a server's copy
+    summary["validity"]["warnings"] += loss_warnings(summary["link_loss"],
+                                                     summary["link_bytes"])
     (writer.dir / "summary.json").write_text(json.dumps(summary, indent=1))
     try:
         plot(writer.dir, rows, slot_samples, meta)

@@ -12,12 +12,22 @@ sends the segment again at once, never counting a retransmission, so the ring an
 parameter-server baselines would run as if the links were lossless (measured: 0
 retransmissions with a 10% drop rule, 183 with this one, on 3 MB). Delay has no such
 replacement: without netem, ``--delay`` is refused.
+
+The rules act on what the egress hook sees, before the kernel cuts a TCP burst (GSO,
+up to ~45 segments on the testbed's links) into frames, as a netem qdisc does: a host's
+TCP loses a burst at a time, the share of bytes lost still ``percent``. Datagrams (the
+agents' packets) and what a switch forwards are lost frame by frame. Cutting every
+burst to one segment (``gso_max_segs 1``) would make TCP losses independent, but slows
+an unshaped veth's TCP about tenfold (1 GB: 2.1-2.9 s against 26 s, measured), which
+would handicap the TCP baselines. ``link_losses`` reads what the rules saw and lost,
+the summary's ``link_loss``.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -46,18 +56,81 @@ def nft_available() -> bool:
     return shutil.which("nft") is not None
 
 
+def loss_chain(ifname: str) -> str:
+    """The name of the chain that loses ``ifname``'s frames."""
+    return f"egress_{ifname}".replace("-", "_")
+
+
 def loss_rules(table: str, ifname: str, percent: float) -> list[str]:
     """nft commands that lose ``percent`` % of the frames ``ifname`` transmits (their
-    EtherType spoiled, so the receiver discards them)."""
+    EtherType spoiled, so the receiver discards them). A first rule counts every frame
+    the hook sees, the second the frames it loses (``loss_counts`` reads both)."""
     threshold = round(percent * 100)
-    chain = f"egress_{ifname}".replace("-", "_")
+    chain = loss_chain(ifname)
     return [
         f"add table netdev {table}",
         f"add chain netdev {table} {chain} {{ type filter hook egress device \"{ifname}\" "
         f"priority 0 ; policy accept ; }}",
+        f"add rule netdev {table} {chain} counter",
         f"add rule netdev {table} {chain} numgen random mod 10000 lt {threshold} counter "
         f"ether type set {LOST_ETHERTYPE:#06x}",
     ]
+
+
+NO_COUNTS = {"frames": 0, "bytes": 0, "lost": 0, "lost_bytes": 0}
+
+
+def parse_counts(listing: str) -> dict[str, dict[str, int]]:
+    """``{chain: {"frames", "bytes", "lost", "lost_bytes"}}`` from ``nft -j list table``
+    of a loss table: the chain's plain counter (what the hook saw) and its losing rule's
+    counter. A "frame" is what the hook sees: a host's TCP hands it segments in bursts
+    (GSO) that are cut into frames after the hook, so one of them is lost as a whole."""
+    out: dict[str, dict[str, int]] = {}
+    for item in json.loads(listing).get("nftables", []):
+        rule = item.get("rule")
+        if not rule:
+            continue
+        exprs = rule.get("expr") or []
+        count = next((e["counter"] for e in exprs if "counter" in e), {})
+        lost = any("match" in e for e in exprs)
+        mine = out.setdefault(rule["chain"], dict(NO_COUNTS))
+        mine["lost" if lost else "frames"] = int(count.get("packets", 0))
+        mine["lost_bytes" if lost else "bytes"] = int(count.get("bytes", 0))
+    return out
+
+
+def loss_counts(nodes, table: str) -> dict[str, dict[str, int]]:
+    """What the loss rules of every interface of ``nodes`` (Mininet nodes) saw and lost
+    (``parse_counts`` per chain), read from each network namespace once. Raises OSError
+    when a table cannot be read."""
+    out: dict[str, dict[str, int]] = {}
+    places = set()
+    for node in nodes:
+        place = (getattr(node, "server", None), node.name if node.inNamespace else None)
+        if place not in places:
+            places.add(place)
+            listing = _listing(node, table)
+            try:
+                out.update(parse_counts(listing))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise OSError(f"{node.name}: {listing.strip()[:200]}") from None
+    return out
+
+
+def _listing(node, table: str) -> str:
+    """``nft -j list table netdev TABLE`` in ``node``'s network namespace."""
+    cmd = ["nft", "-j", "list", "table", "netdev", table]
+    if getattr(node, "isRemote", False):  # through its shell, unless that is busy
+        if node.waiting:
+            raise OSError(f"{node.name}: its shell is busy")
+        return node.cmd(" ".join(cmd))
+    if node.inNamespace:  # not through its shell, which a user may have left busy
+        cmd = ["mnexec", "-a", str(node.pid)] + cmd
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        raise OSError(f"{node.name}: nft did not answer in 10 s") from None
+    return res.stdout if res.returncode == 0 else res.stderr
 
 
 def apply_loss(node, ifname: str, percent: float, table: str):
@@ -85,3 +158,16 @@ def apply_loss(node, ifname: str, percent: float, table: str):
 def remove_table(table: str):
     """Delete a root-namespace loss table (hosts' tables go with their namespaces)."""
     subprocess.run(["nft", "delete", "table", "netdev", table], capture_output=True)
+
+
+def link_losses(net, table: str) -> dict:
+    """Per interface of ``net``'s links, the frames its loss rule saw and lost, as the
+    summary's ``link_loss`` takes them (``{"interfaces": ...}``, or ``{"error": ...}``
+    when a namespace's table could not be read)."""
+    intfs = [i for link in net.links for i in (link.intf1, link.intf2)]
+    try:
+        counts = loss_counts({i.node.name: i.node for i in intfs}.values(), table)
+    except Exception as exc:  # noqa: BLE001 - teardown goes on without the counts
+        return {"error": f"the loss rules' counters could not be read: {exc}"}
+    return {"interfaces": {i.name: counts.get(loss_chain(i.name), dict(NO_COUNTS))
+                           for i in sorted(intfs, key=lambda i: i.name)}}

@@ -30,7 +30,7 @@ from ..switches.control import SwitchConnection
 from .clusternet import ClusterParts
 from .cpulimit import LimitedHost, cgroup_dirs, process_cgroups
 from .hoststack import configure_host, quiet_interface
-from .linkloss import apply_loss, remove_table
+from .linkloss import apply_loss, link_losses, remove_table
 from .mininetlog import LinkError, MininetLog
 from ..switches.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, free_copies,
                    guard_entries, ip_to_int, mac_to_int, program_aggregator, program_job,
@@ -118,6 +118,7 @@ class Testbed(ClusterParts):
         self.log_packets = log_packets
         self.nft_loss = nft_loss  # percent, applied with nftables (kernel without netem)
         self.loss_table = f"qaina_loss_{os.getpid()}"
+        self.link_loss: dict | None = None  # what the rules lost (``link_losses``)
         self.target = target
         self.log_dir = Path(log_dir)
         self.record = record
@@ -558,6 +559,8 @@ class Testbed(ClusterParts):
             node.kill_remote(pid)
         self.remote_procs.clear()
         problem = None
+        if self.net is not None and self.nft_loss:  # what the rules lost, before they go
+            self.link_loss = link_losses(self.net, self.loss_table)
         if self.net is not None:
             for sw in self.net.switches:
                 sw.stop_soon()

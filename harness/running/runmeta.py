@@ -65,7 +65,7 @@ def write_results(run) -> dict:
             **(run.sampler.summary() if run.sampler is not None else {}),
             "interfaces": run.interfaces, "cpu_time": readings,
             "switch_ports": switch_ports(run), "clock_offsets": clocks or None,
-            "warnings": list(run.files.problems),
+            "warnings": list(run.files.problems), "link_loss": applied_loss(run),
             "processes": [{"name": p.name, "component": p.component, "job": p.job}
                           for p in run.ledger.tracked.values()],
             "jobs": [{"job_id": j.job_id, "index": j.index, "bits": j.fmt.bits,
@@ -79,6 +79,16 @@ def write_results(run) -> dict:
                       + ([run.servers[j.index]] if run.servers else [])}
                      for j in run.jobs]}
     return summarise(run.writer, run.cfg, meta, agents)
+
+
+def applied_loss(run) -> dict | None:
+    """How the run's link loss was made and, for nftables rules, what they lost."""
+    if not run.cfg.network.loss:
+        return None
+    if run.netem:
+        return {"by": "netem"}
+    seen = run.testbed.link_loss if run.testbed is not None else None
+    return {"by": "nftables", **(seen or {"error": "the network did not come up"})}
 
 
 def new_run_id(cfg) -> str:
