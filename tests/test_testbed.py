@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from qaina_bench.harness.config import RunConfig
+from qaina_bench.harness.results.tables import loss_line
 from qaina_bench.harness.running.run import Run
 from qaina_bench.hosts.gradiveq import LayeredGradiVeQ
 from qaina_bench.hosts.traces import open_trace
@@ -412,6 +413,7 @@ def check_link_loss(summary: dict, percent: float):
     assert 100 * loss["lost_share"] < percent * 3
     # nor far below the rate (5 standard deviations: loss_warnings)
     assert not [w for w in summary["validity"]["warnings"] if "loss rules" in w]
+    assert loss_line(summary).startswith(f"link loss {percent:g}% by nftables: ")
 
 
 def test_closed_loop_training_learns_from_the_aggregates(tmp_path):

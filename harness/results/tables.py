@@ -67,6 +67,8 @@ def print_summary(summary: dict, directory: Path):
     if summary.get("startup_to_first_send_s") is not None:
         echo(startup_line(summary))
     print_fidelity(summary)
+    if loss_line(summary):
+        echo(loss_line(summary))
     for warning in summary.get("validity", {}).get("warnings", []):
         echo(f"warning: {warning}", err=True)
     for err in summary.get("errors", []):
@@ -93,6 +95,15 @@ def startup_line(summary: dict) -> str:
             last = events[key]
     steps.append(f"first send {events['invoked'] + first - last:.1f} s")
     return f"first packet {first:.1f} s after start: {', '.join(steps)}"
+
+
+def loss_line(summary: dict) -> str | None:
+    """What the links' loss rules lost (``summary.json``'s ``link_loss``), if counted."""
+    loss = summary.get("link_loss")
+    if not loss or not loss.get("bytes"):
+        return None
+    return (f"link loss {loss['percent']:g}% by {loss['by']}: {loss['lost']:,} of "
+            f"{loss['frames']:,} frames lost, {100 * loss['lost_share']:.2f}% of the bytes")
 
 
 def print_fidelity(summary: dict):
