@@ -558,3 +558,27 @@ def test_routing_drops_an_expiring_ttl_and_keeps_options_with_a_valid_checksum(s
         del recomputed.chksum  # what a full recomputation gives, 0x0000 where it folds
         assert out[IP].chksum == IP(bytes(recomputed)).chksum and ipv4_checksum_ok(out)
     assert count(sw, "drops", Drop.TTL_EXPIRED, 2, timeout=0.3) == 2
+
+
+def test_a_counter_set_near_its_limit_counts_on_and_the_switch_goes_on(sw):
+    """A counter MODIFY may set any non-negative int64 (spec, "Counter Entry"); a
+    packet counted on from 2**63 - 1 wraps it as a uint64 (what BMv2 keeps, read back
+    as an int64) and the switch goes on forwarding."""
+    from qaina_bench.p4.proto import p4runtime_pb2
+    u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.MODIFY)
+    u.entity.counter_entry.counter_id = sw.conn.p4info.counter("MyIngress.drops").id
+    u.entity.counter_entry.index.index = Drop.NOT_IPV4
+    u.entity.counter_entry.data.packet_count = 2**63 - 1
+    u.entity.counter_entry.data.byte_count = 2**63 - 1000
+    sw.conn._write("counter", [u])
+    junk = bytes(12) + b"\x88\xb5" + bytes(50)
+    sw.hosts[1].send(junk)
+    deadline = time.monotonic() + 10
+    while sw.counters("drops")[Drop.NOT_IPV4][0] == 2**63 - 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sw.counters("drops")[Drop.NOT_IPV4] == (-2**63, 2**63 - 1000 + len(junk))
+    w0 = WORKERS[0]
+    pkt = (Ether(src=mac(w0.mac), dst="02:00:00:00:00:05") / IP(src=int_to_ip(w0.ip),
+                                                                 dst=OTHER_IP) / UDP() / b"on")
+    sw.hosts[1].send(pkt)
+    assert [bytes(f[UDP].payload) for f in results(sw, 5, count=1)] == [b"on"]

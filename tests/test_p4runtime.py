@@ -489,3 +489,85 @@ def test_waiting_for_a_switch_writes_nothing_to_the_request_log(tmp_path):
     assert not conn.wait_ready(timeout=0.3) and not conn.wait_ready(timeout=0.3)
     conn.close()
     assert "Capabilities" not in log.read_text() and "ERROR" not in log.read_text()
+
+
+def test_request_bodies_that_do_not_parse_are_refused_without_flooding_the_log(fresh):
+    """Any client that reaches the port can send junk: each request is refused, the
+    switch logs the first few whole and then one line a minute for the rest."""
+    channel = grpc.insecure_channel(fresh.target.grpc_addr)
+    write = channel.unary_unary("/p4.v1.P4Runtime/Write", request_serializer=lambda b: b,
+                                response_deserializer=lambda b: b)
+    junk = b"\x0a\xff\xff\xff\xff\x0f\x01"  # a length-delimited field cut short
+    before = fresh.target.log_path.read_text().count("Traceback")
+    for _ in range(40):
+        with pytest.raises(grpc.RpcError) as err:
+            write(junk, timeout=10)
+        assert err.value.code() == grpc.StatusCode.INTERNAL
+    channel.close()
+    if fresh.kind != "embedded":  # BMv2 logs its own way
+        return
+    text = fresh.target.log_path.read_text()
+    assert text.count("Traceback") - before <= 5
+    assert "more like it are held back: one line a minute" in text
+    fresh.conn.insert("MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": 9},
+                      "MyIngress.accept_qaina")  # and goes on serving
+
+
+#: entity kinds qaina.p4 has none of
+ABSENT_KINDS = ["meter_entry", "direct_counter_entry", "direct_meter_entry",
+                "action_profile_member", "action_profile_group"]
+
+
+def test_a_read_of_the_whole_forwarding_state_gives_what_the_program_has(fresh):
+    """One Read with a wildcard of every entity kind (spec, "Wildcard Reads"): the kinds
+    the program has none of give nothing, not an error."""
+    conn = fresh.conn
+    conn.insert("MyIngress.aggregator_addr", {"hdr.ipv4.dstAddr": 9}, "MyIngress.accept_qaina")
+    req = p4runtime_pb2.ReadRequest(device_id=1)
+    # BMv2 serves no register reads, nor direct resources of all tables at once
+    # (UNIMPLEMENTED, p4/README.md "P4Runtime servers")
+    embedded = fresh.kind == "embedded"
+    present = ["table_entry", "counter_entry"] + (["register_entry"] if embedded else [])
+    absent = [k for k in ABSENT_KINDS if embedded or not k.startswith("direct_")]
+    for kind in present + absent:
+        wildcard(req.entities.add(), kind)
+    got = [e.WhichOneof("entity") for r in conn.stub.Read(req, timeout=60) for e in r.entities]
+    assert set(present) <= set(got)
+    assert not set(got) & set(ABSENT_KINDS)
+    for kind in ABSENT_KINDS:  # each alone
+        if kind in absent:
+            assert conn._read(kind, wildcard(p4runtime_pb2.Entity(), kind)) == []
+        else:
+            with pytest.raises(ControlError, match="UNIMPLEMENTED: Reading all direct"):
+                conn._read(kind, wildcard(p4runtime_pb2.Entity(), kind))
+
+
+def wildcard(entity, kind: str):
+    """``entity`` as a wildcard of ``kind``: a direct resource's with its table entry
+    present, table id 0 (BMv2 refuses one without: "Missing table_entry field")."""
+    part = getattr(entity, kind)
+    part.SetInParent()
+    if kind.startswith("direct_"):
+        part.table_entry.SetInParent()
+    return entity
+
+
+def test_a_write_of_an_atomicity_the_spec_lacks_is_refused(fresh):
+    """ROLLBACK_ON_ERROR and DATAPLANE_ATOMIC are optional (UNIMPLEMENTED here); a value
+    that is none of the spec's is INVALID_ARGUMENT."""
+    conn = fresh.conn
+    codes = {}
+    for atomicity in (1, 2, 99):
+        req = p4runtime_pb2.WriteRequest(device_id=1, atomicity=atomicity)
+        req.election_id.high, req.election_id.low = conn.election_id
+        req.updates.add().CopyFrom(p4runtime_pb2.Update(
+            type=p4runtime_pb2.Update.INSERT, entity=p4runtime_pb2.Entity(
+                table_entry=conn.table_entry("MyIngress.aggregator_addr",
+                                             {"hdr.ipv4.dstAddr": 9}, "MyIngress.accept_qaina"))))
+        with pytest.raises(grpc.RpcError) as err:
+            conn.stub.Write(req, timeout=10)
+        codes[atomicity] = err.value.code().name
+    # BMv2 gives UNIMPLEMENTED for any value but CONTINUE_ON_ERROR
+    assert codes == {1: "UNIMPLEMENTED", 2: "UNIMPLEMENTED",
+                     99: "INVALID_ARGUMENT" if fresh.kind == "embedded" else "UNIMPLEMENTED"}
+    assert conn.read_table("MyIngress.aggregator_addr") == []

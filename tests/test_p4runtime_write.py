@@ -132,6 +132,11 @@ def mcast_group_zero(conn):
     return [mcast(U.INSERT, 0)]
 
 
+@case("OUT_OF_RANGE")
+def mcast_group_past_16_bits(conn):  # v1model's mcast_grp is bit<16>
+    return [mcast(U.INSERT, 1 << 16)]
+
+
 @case("ALREADY_EXISTS")
 def mcast_insert_existing(conn):
     conn.set_multicast_group(5, [(1, 1)])

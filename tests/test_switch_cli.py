@@ -24,6 +24,10 @@ SWITCH = [sys.executable, "-m", "qaina_bench.p4.embedded"]
     (["--coalesce-us", "-1"], "a whole number of microseconds 0..100000"),
     (["--coalesce-us", "200000"], "a whole number of microseconds 0..100000"),
     (["-i", "1@lo", "-i", "2@lo"], "an interface is given as two ports"),
+    # the kernel takes "lo:x" for lo (an address label): lo twice, under two names
+    (["-i", "1@lo", "-i", "2@lo:x"], "'lo:x' is not an interface name"),
+    (["-i", "1@a/b"], "'a/b' is not an interface name"),
+    (["-i", "1@a b"], "'a b' is not an interface name"),
     (["--log", "/tmp"], "'/tmp': a directory, not a file"),
     (["--stats", "/tmp"], "'/tmp': a directory, not a file"),
     (["--stats", "/dev/null"], "'/dev/null' exists and is not a regular file"),

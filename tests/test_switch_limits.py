@@ -79,10 +79,10 @@ def test_a_read_of_wildcards_past_the_limit_is_refused_whole(tmp_path_factory):
 
 def test_multicast_groups_are_bounded(tmp_path_factory):
     """A group of ``MAX_REPLICAS`` distinct replicas is taken (its duplicate check is
-    one set lookup per replica); one more is RESOURCE_EXHAUSTED, and so is a group
-    past ``MAX_GROUPS`` (a copy of a result per replica: the limits bound the work a
-    write can order)."""
-    from qaina_bench.p4.embedded.updates import MAX_GROUPS, MAX_REPLICAS
+    one set lookup per replica); one more is RESOURCE_EXHAUSTED, and so is a group that
+    would take the replicas of all groups past ``MAX_ALL_REPLICAS`` (a copy of a result
+    per replica, and memory per replica: the limits bound what writes can order)."""
+    from qaina_bench.p4.embedded.updates import MAX_ALL_REPLICAS, MAX_REPLICAS
     lab = open_lab("embedded", tmp_path_factory, ports=1)
     try:
         lab.reset()
@@ -95,18 +95,19 @@ def test_multicast_groups_are_bounded(tmp_path_factory):
         with pytest.raises(ControlError, match="RESOURCE_EXHAUSTED"):
             conn.set_multicast_group(8, many + [(1, 999)])
         assert not conn._read("group", _group_entity(8))
-        req = p4runtime_pb2.WriteRequest(device_id=1)  # groups 7 and 9 .. up to the limit
-        req.election_id.high, req.election_id.low = conn.election_id
-        for gid in range(9, MAX_GROUPS + 9):
-            u = req.updates.add(type=p4runtime_pb2.Update.INSERT)
-            g = u.entity.packet_replication_engine_entry.multicast_group_entry
-            g.multicast_group_id = gid
-            g.replicas.add(egress_port=1, instance=gid & 0xFFFF)
-        with pytest.raises(ControlError, match="update 65536: RESOURCE_EXHAUSTED: this "
-                                                "switch holds at most 65536 multicast"):
-            conn._call("write", conn.stub.Write, req)
-        assert not conn._read("group", _group_entity(MAX_GROUPS + 8))
-        assert conn._read("group", _group_entity(MAX_GROUPS + 7))
+        full = MAX_ALL_REPLICAS // MAX_REPLICAS
+        for gid in range(8, 7 + full):  # every replica the switch holds, in full groups
+            conn.set_multicast_group(gid, many)
+        with pytest.raises(ControlError, match="RESOURCE_EXHAUSTED: multicast group 99: "
+                                               "this switch holds at most 65536 replicas"):
+            conn.set_multicast_group(99, [(1, 1)])
+        assert not conn._read("group", _group_entity(99))
+        conn.set_multicast_group(7, many[:-1], insert=False)  # a MODIFY counts its own once
+        conn.set_multicast_group(99, [(1, 1)])
+        with pytest.raises(ControlError, match="RESOURCE_EXHAUSTED"):
+            conn.set_multicast_group(7, many, insert=False)
+        conn.delete_multicast_group(8)
+        conn.set_multicast_group(7, many, insert=False)
     finally:
         lab.close()
 

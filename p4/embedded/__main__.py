@@ -34,6 +34,10 @@ def parse_interface(text: str) -> tuple[int, str]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected PORT@IFNAME, e.g. 1@veth0")
     if not 0 <= int(port) < 511:
         raise argparse.ArgumentTypeError(f"{text!r}: port numbers are 0..510 (bit<9>, 511 drops)")
+    if any(c in ifname for c in ":/") or any(c.isspace() for c in ifname):
+        # the kernel reads "eth0:x" as eth0 (an address label): two ports on one device
+        raise argparse.ArgumentTypeError(f"{text!r}: {ifname!r} is not an interface name "
+                                         "(Linux names have no ':', '/' or spaces)")
     return int(port), ifname
 
 

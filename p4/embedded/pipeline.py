@@ -92,8 +92,10 @@ class Pipeline(SharedPool):
             self.tables[info.id] = Table(info, p4info.actions, (default, ()))
         self.by_name = {t.name: t for t in self.tables.values()}
         self._make_registers(p4info)
-        #: counters by P4Info name: int64 array [index, (packets, bytes)]
-        self.counters = {c.name: np.zeros((c.size, 2), dtype=np.int64)
+        #: counters by P4Info name: uint64 array [index, (packets, bytes)], as BMv2's (a
+        #: P4Runtime MODIFY may set up to 2**63 - 1; counting on from there never
+        #: overflows in practice; a Read gives a cell past 2**63 - 1 wrapped, as PI does)
+        self.counters = {c.name: np.zeros((c.size, 2), dtype=np.uint64)
                          for c in p4info.counters.values()}
         #: the same as flat memoryviews, for the packet path (cell 2i: packets of i)
         self.cells = {name: memoryview(arr.reshape(-1)) for name, arr in self.counters.items()}

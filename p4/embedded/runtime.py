@@ -23,14 +23,18 @@ import threading
 from concurrent import futures
 
 import grpc
+import numpy as np
 
 from .. import program
 from ..header import PAYLOAD_WORDS
 from ..p4info import P4Info, decode, difference, encode
 from ..proto import code_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2
+from .absent import read_absent
+from .logfilter import Sparing
 from .pipeline import Pipeline, PipelineError
 from .streams import MAX_STREAMS, StreamChannels, election_of
-from .updates import MAX_GROUPS, check_entry, match_key, replicas, table_action
+from .updates import (GROUP_BITS, MAX_ALL_REPLICAS, check_entry, match_key, replicas,
+                      table_action)
 
 log = logging.getLogger("qaina.switch.p4runtime")
 
@@ -189,6 +193,9 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
         self._check_device(request.device_id, context)
         self._check_primary(request, context)
         pipeline = self._pipeline(context)
+        if request.atomicity not in _ATOMICITY.Atomicity.values():
+            _abort(context, "INVALID_ARGUMENT", f"atomicity {request.atomicity} is none of "
+                   "the spec's")
         if request.atomicity != _ATOMICITY.CONTINUE_ON_ERROR:
             _abort(context, "UNIMPLEMENTED", "only CONTINUE_ON_ERROR batches are supported")
         errors = []
@@ -317,6 +324,9 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
         gid = group.multicast_group_id
         if gid == 0:
             raise PipelineError("INVALID_ARGUMENT", "multicast group id 0 is reserved")
+        if gid >> GROUP_BITS:
+            raise PipelineError("OUT_OF_RANGE", f"multicast group id {gid} exceeds "
+                                f"{GROUP_BITS} bits (v1model's mcast_grp)")
         exists = gid in pipeline.mcast_groups
         if kind == _UPDATE.DELETE:
             if not exists:
@@ -327,11 +337,14 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
         if kind == _UPDATE.INSERT:
             if exists:
                 raise PipelineError("ALREADY_EXISTS", f"multicast group {gid} exists")
-            if len(pipeline.mcast_groups) >= MAX_GROUPS:
-                raise PipelineError("RESOURCE_EXHAUSTED", f"this switch holds at most "
-                                    f"{MAX_GROUPS} multicast groups")
         elif not exists:
             raise PipelineError("NOT_FOUND", f"no multicast group {gid}")
+        held = sum(map(len, pipeline.mcast_groups.values())) - len(
+            pipeline.mcast_groups.get(gid, ()))
+        if held + len(copies) > MAX_ALL_REPLICAS:
+            raise PipelineError("RESOURCE_EXHAUSTED", f"multicast group {gid}: this switch "
+                                f"holds at most {MAX_ALL_REPLICAS} replicas in all "
+                                f"groups ({held} held)")
         pipeline.mcast_groups[gid] = copies
 
     @staticmethod
@@ -367,9 +380,7 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
                 try:
                     if kind is None:
                         raise PipelineError("INVALID_ARGUMENT", "an entity to read is empty")
-                    reader = getattr(self, "_read_" + kind, None)
-                    if reader is None:
-                        raise PipelineError("UNIMPLEMENTED", f"reading {kind} is not supported")
+                    reader = getattr(self, "_read_" + kind, None) or read_absent(kind)
                     reader(pipeline, getattr(entity, kind), out)
                 except PipelineError as exc:
                     _abort(context, exc.code, str(exc))
@@ -486,7 +497,8 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
         for cinfo, arr in self._arrays(pipeline.counters, query.counter_id, "counter", info):
             cells = self._indexes(query, cinfo.size)
             out.reserve(cells.stop - cells.start)
-            for i, (packets, nbytes) in enumerate(arr[cells].tolist(), cells.start):
+            for i, (packets, nbytes) in enumerate(arr[cells].view(np.int64).tolist(),
+                                                  cells.start):
                 c = add().counter_entry
                 c.counter_id = cinfo.id
                 c.index.index = i
@@ -512,6 +524,9 @@ def serve(device: Device, address: str) -> tuple[grpc.Server, int]:
     The port is never shared (no SO_REUSEPORT): a switch whose address is taken
     fails here instead of splitting clients with another process.
     """
+    for name in ("grpc._common", "grpc._server"):  # a client's junk must not flood the log
+        if not any(isinstance(f, Sparing) for f in logging.getLogger(name).filters):
+            logging.getLogger(name).addFilter(Sparing())
     problem = _unbindable(address)
     if problem:  # said here in one line, before gRPC's core logs its own
         raise OSError(f"cannot listen for P4Runtime on {address}: {problem}")

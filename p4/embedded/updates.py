@@ -14,10 +14,12 @@ from .tables import PipelineError
 
 #: v1model's widths: ``egress_rid`` (a replica's instance) and ``egress_spec`` (a port)
 INSTANCE_BITS = 16
-#: replicas of one multicast group, and groups of a switch: a copy of a result per
-#: replica (a job's group has one per worker, 32 at most)
+#: replicas of one multicast group, the width of a group id (v1model's ``mcast_grp``),
+#: and replicas of all groups together: a copy of a result per replica (a job's group
+#: has one per worker, 32 at most), and memory per replica
 MAX_REPLICAS = 4096
-MAX_GROUPS = 65536
+GROUP_BITS = 16
+MAX_ALL_REPLICAS = 65536
 PORT_BITS = 9
 
 
