@@ -254,7 +254,7 @@ def shell(switch, run_id, election):
 def clean():
     """Remove what crashed runs left behind (only what their records list)."""
     import time
-    from .running.record import leftover_temp_files, stale_records
+    from .running.record import leftover_temp_files, stale_records, unreadable_records
     if os.geteuid() != 0:  # the records and what they list are root's
         _fail("qaina-bench clean needs root (the runs' records, their links and "
               "processes are root's): run it with sudo")
@@ -266,7 +266,11 @@ def clean():
     for path in temps:
         path.unlink(missing_ok=True)
         click.echo(f"removed the half-written record {path}")
-    if not recs and not temps:
+    odd = unreadable_records()
+    for path, why in odd:  # a damaged record would hide what its run left
+        click.echo(f"{path}: no run record this can read ({why[:120]}); left as it is: "
+                   "if it was a run's, remove what it lists by hand, then the file")
+    if not recs and not temps and not odd:
         click.echo("nothing to clean")
 
 

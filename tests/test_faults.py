@@ -259,6 +259,32 @@ def test_after_kill_9_of_the_cli_the_next_run_removes_what_it_left(tmp_path):
     assert record_of("killed") is None
 
 
+def test_kill_9_while_the_network_is_built_leaves_nothing_clean_cannot_remove(tmp_path):
+    """The links' ends are in the run's record before the network is built: after a
+    kill -9 amid the build, `clean` removes the switch-to-switch pairs it left in
+    this namespace, and the next leaf-spine run starts."""
+    cmd = [sys.executable, "-m", "qaina_bench.harness.cli", "up", "--topo", "leafspine",
+           "--jobs", "1", "--workers", "2", "--iterations", "1", "--results-dir",
+           str(tmp_path), "--run-id", "cut"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    first = Path("/sys/class/net/lf1-eth1")
+    wait_for(lambda: first.exists() or proc.poll() is not None, timeout=120,
+             what="the first link")
+    proc.kill()
+    proc.wait(10)
+    assert first.exists(), "the run ended before its first link: nothing was cut short"
+    assert "lf1-eth1" in record_of("cut")["interfaces"]
+    out = subprocess.run([sys.executable, "-m", "qaina_bench.harness.cli", "clean"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    left = [p.name for p in Path("/sys/class/net").iterdir()
+            if p.name.split("-eth")[0] in ("lf1", "lf2", "sp1", "sp2")]
+    assert left == [] and record_of("cut") is None, out.stdout
+    again = subprocess.run(cmd[:-1] + ["after-cut"], capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
 def parent_of(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -377,6 +403,8 @@ def test_a_file_in_the_record_directory_that_is_no_record_is_passed_over(tmp_pat
         res = subprocess.run([sys.executable, "-m", "qaina_bench.harness.cli", *args],
                              capture_output=True, text=True, env=env, timeout=120)
         assert "Traceback" not in res.stdout + res.stderr, (args, res.stdout, res.stderr)
+        if args == ["clean"]:  # named, not taken for "nothing to clean"
+            assert f"{tmp_path / 'junk.json'}: no run record this can read" in res.stdout
     assert stale_records(tmp_path) == [] and (tmp_path / "junk.json").exists()
 
 

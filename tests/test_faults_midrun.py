@@ -206,13 +206,20 @@ def test_a_results_directory_that_fills_up_is_one_line_and_nothing_is_left(tmp_p
     assert not any(Path(f"/sys/class/net/s1-eth{i}").exists() for i in range(1, 5))
 
 
-def test_a_result_set_removed_during_the_run_is_one_line_and_nothing_is_left(tmp_path):
-    """The run's folder removed (moved away, atomic unlike rm -rf) while its jobs run:
-    one line saying so, not a bare errno, and everything it started is gone."""
-    code, text, record = fault_mid_run(
-        tmp_path, "removed", lambda _: (tmp_path / "removed").rename(tmp_path / "elsewhere"))
+@pytest.mark.parametrize("by", ["removed", "a file"])
+def test_a_result_set_removed_during_the_run_is_one_line_and_nothing_is_left(tmp_path, by):
+    """The run's folder removed (moved away, atomic unlike rm -rf), or replaced by a
+    file, while its jobs run: one line saying so, not a bare errno, and everything it
+    started is gone."""
+    def fault(_):
+        (tmp_path / "removed").rename(tmp_path / "elsewhere")
+        if by == "a file":
+            (tmp_path / "removed").write_text("not a folder")
+    code, text, record = fault_mid_run(tmp_path, "removed", fault)
     assert code == 1, text
-    assert f"Error: the result set {tmp_path / 'removed'} was removed while the run went" in text
+    said = "was removed while the run went" if by == "removed" else (
+        "was replaced by something that is no folder while the run went")
+    assert f"Error: the result set {tmp_path / 'removed'} {said}" in text, text
     assert "Traceback" not in text
     assert record_of("removed") is None and leftovers(record) == []
 

@@ -341,3 +341,29 @@ def test_a_switch_that_shed_lost_or_dropped_long_frames_is_reported():
         "switch s2 dropped 3 frames longer than its ports take: a link's MTU is above what "
         "the embedded switch forwards (its log says how long)"]
     assert validity([], [], None, None, None)["switch_overload"] == {}
+
+
+def test_a_sampler_held_up_across_the_transfers_end_gives_no_verdict():
+    """Link samples 11.0 s, then 14.0 s: the transfer's later edges (11.2, 11.4, 12.5)
+    fall in the gap, what the links carried either side of them is unknown, so the
+    job is not judged; a gap as long inside an iteration is interpolated and judged."""
+    def without(lo, hi):
+        data = series()
+        data["link"] = [r for r in data["link"] if not lo < r["time"] < hi]
+        return data
+    held = without(11.0, 14.0)  # and the last samples' counts taken at 14.0 s
+    held["link"] += [{**r, "time": 14.0} for r in link_rows() if r["time"] == 13.0]
+    held = judge(bw=1.0, data=held)
+    assert held["verdict"] == "n/a"
+    assert "no link sample for 3.0 s around a start or end of the transfer" in held["reason"]
+    inside = judge(bw=1.0, data=without(10.0, 11.1))  # 10.0 .. 11.2: 10.5 and 11.0 gone
+    assert inside["verdict"] == "network-bound"
+
+
+def test_slot_sampling_with_a_long_gap_is_warned_of():
+    from qaina_bench.harness.results.summary import sampling_warnings
+    slots = {"interval_target_s": 0.01, "interval_max_s": 0.02}
+    assert sampling_warnings(slots) == []
+    assert sampling_warnings({"source": "not applicable: no in-network aggregation"}) == []
+    said = sampling_warnings(slots | {"interval_max_s": 15.2})
+    assert said and "unsampled for 15.2 s at a time" in said[0]

@@ -31,7 +31,8 @@ The verdict (``verdict``; the thresholds are ``NETWORK_BOUND``, ``WELL_BELOW`` a
 ``CPU_SATURATED``):
 
 * ``n/a``: no iteration completed, or (shaped links) no link sample fell into the
-  transfer time;
+  transfer time, or the samples left a gap of ``SAMPLE_GAP`` or more around a start
+  or end of it (a stopped or starved harness: the bytes of either side are unknown);
 * ``cpu-bound`` when the links are unshaped (no ``--bw``): without a link rate there
   is nothing for the job to be network-bound by, packets cross the links as fast as
   the CPUs move them;
@@ -53,6 +54,9 @@ NETWORK_BOUND = 0.9  # share of its rate a link must carry to bind a job
 WELL_BELOW = 0.75  # below this share, a link does not explain a job's time
 CPU_SATURATED = 0.9  # share of the cores busy, or of the time a process demanded a CPU
 FEW_SAMPLES = 10  # a verdict on fewer link samples says it is coarse
+#: a gap between link samples this long (s), with a start or end of the job's transfer
+#: inside it, leaves the bytes of either side unknown: the verdict is not judged
+SAMPLE_GAP = 1.0
 BUSY_STATES = ("user", "system", "irq", "softirq", "steal")  # of /proc/stat; nice yields
 ALL_STATES = BUSY_STATES + ("nice", "idle", "iowait")
 
@@ -161,7 +165,11 @@ def link_load(link_rows: list[dict], interfaces: dict[str, str], hosts: set[str]
         label = f"{top[0]} {top[1]}"
         held[label] = held.get(label, 0.0) + (piece[1] - piece[0]) / span
     samples = max((c.samples_within(intervals) for c in counters.values()), default=0)
-    return {"directions": directions,
+    times = sorted({float(t) for c in counters.values() for t in c.t})
+    edges = [x for iv in intervals for x in iv]
+    blind = max((b - a for a, b in zip(times, times[1:])
+                 if b - a >= SAMPLE_GAP and any(a < x < b for x in edges)), default=0.0)
+    return {"directions": directions, "blind_gap_s": blind,
             "load": busy * 8 / span / 1e6 / rate_mbit if rate_mbit else None,
             "load_mbit_s": busy * 8 / span / 1e6,
             "bottleneck_time": dict(sorted(held.items(), key=lambda kv: -kv[1])[:4]),
@@ -233,6 +241,10 @@ def job_fidelity(job_id: int, hosts: set[str], rows: list[dict], series: dict,
     if rate_mbit and links["samples"] == 0:
         return {"verdict": "n/a", "reason": "no link sample fell into the transfer time",
                 **out}
+    if links["blind_gap_s"]:  # the sampler was held up (a stopped or starved harness)
+        return {"verdict": "n/a", "reason": f"no link sample for {links['blind_gap_s']:.1f} "
+                "s around a start or end of the transfer (the harness's sampler was held "
+                "up): what the links carried then is not known", **out}
     v = verdict(links["load"], saturated)
     where = ", ".join(f"{k} {100 * share:.0f}% of the time"
                       for k, share in links["bottleneck_time"].items())

@@ -458,7 +458,8 @@ def span_s(summary: dict, directory: Path):
 
 
 @run_metric("cpu_saturated", "0/1", "1 if the sampler found the CPU saturated (all cores or "
-            "a process over 90% busy): the rule of runs without a fidelity verdict",
+            "a process over 90% busy; niced work left out, as in the verdict): the rule of "
+            "runs without a fidelity verdict",
             source="`harness/running/sampling.py:Sampler.cpu`")
 def cpu_saturated(summary: dict, directory: Path):
     return 1 if ((summary.get("validity") or {}).get("cpu") or {}).get("saturated") else 0

@@ -189,4 +189,7 @@ def results_problem(exc: Exception, where: Path) -> str | None:
                 "choose another --results-dir)")
     if exc.errno == errno.ENOENT and not Path(where).is_dir():
         return f"the result set {where} was removed while the run went ({exc.filename} is gone)"
+    if exc.errno == errno.ENOTDIR and not Path(where).is_dir():
+        return (f"the result set {where} was replaced by something that is no folder while "
+                "the run went (what it had written is lost)")
     return None

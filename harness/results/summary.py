@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 
-from .fidelity import cpu_cost, job_fidelity, overall
+from .fidelity import SAMPLE_GAP, cpu_cost, job_fidelity, overall
 from .metrics import JobData, _mean, job_values  # noqa: F401  (_mean: for older imports)
 from ..modes import in_switch
 from .plots import plot
@@ -220,6 +220,17 @@ def link_summary(samples: list[dict]) -> dict:
             for name in sorted(first)}
 
 
+def sampling_warnings(slots: dict | None) -> list[str]:
+    """A warning when slot usage went unsampled for a long spell (the harness held up:
+    stopped, or starved of CPU)."""
+    longest = (slots or {}).get("interval_max_s")
+    if longest is None or longest < SAMPLE_GAP:
+        return []
+    return [f"slot usage went unsampled for {longest:.1f} s at a time (the harness's "
+            f"sampler was held up; the target is {slots['interval_target_s']:g} s): the "
+            "slot figures miss that time"]
+
+
 def loss_summary(applied: dict | None, percent: float | None) -> dict | None:
     """The link loss the run asked for and, where nftables made it, the frames its
     rules saw and lost over all links (``harness/running/linkloss.py``)."""
@@ -363,6 +374,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
     summary["validity"]["warnings"] += meta.get("warnings") or []  # e.g. a server's copy
     summary["validity"]["warnings"] += loss_warnings(summary["link_loss"],
                                                      summary["link_bytes"])
+    summary["validity"]["warnings"] += sampling_warnings(summary["slot_sampling"])
     (writer.dir / "summary.json").write_text(json.dumps(summary, indent=1))
     try:
         plot(writer.dir, rows, slot_samples, meta)

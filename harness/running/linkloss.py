@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 
 LOST_ETHERTYPE = 0x88B5  # a frame lost on a link: no receiver takes it
 #: the probe of ``netem_available``: a veth pair with a netem qdisc, made in a network
@@ -136,19 +135,13 @@ def _listing(node, table: str) -> str:
 def apply_loss(node, ifname: str, percent: float, table: str):
     """Add the loss rules for ``ifname`` in ``node``'s network namespace."""
     script = "\n".join(loss_rules(table, ifname, percent)) + "\n"
-    if getattr(node, "isRemote", False):  # its shell runs on another server: the rules
-        # go through it on one line (no temporary file there, no here-document)
+    if getattr(node, "isRemote", False) or node.inNamespace:
+        # through its shell, on one line: no temporary file, which a kill -9 would leave
         encoded = base64.b64encode(script.encode()).decode()
         out = node.cmd(f"echo {encoded} | base64 -d | nft -f - && echo nft-ok")
         if "nft-ok" not in out:
-            raise OSError(f"nft on {node.server} {node.name}/{ifname}: {out.strip()}")
-    elif node.inNamespace:
-        with tempfile.NamedTemporaryFile("w", suffix=".nft", prefix="qaina-loss-") as f:
-            f.write(script)
-            f.flush()
-            out = node.cmd(f"nft -f {f.name} && echo nft-ok")
-        if "nft-ok" not in out:
-            raise OSError(f"nft on {node.name}/{ifname}: {out.strip()}")
+            where = f"{node.server} " if getattr(node, "isRemote", False) else ""
+            raise OSError(f"nft on {where}{node.name}/{ifname}: {out.strip()}")
     else:
         res = subprocess.run(["nft", "-f", "-"], input=script, text=True, capture_output=True)
         if res.returncode != 0:

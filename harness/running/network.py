@@ -31,11 +31,11 @@ from .clusternet import ClusterParts
 from .cpulimit import LimitedHost, cgroup_dirs, process_cgroups
 from .hoststack import configure_host, quiet_interface
 from .linkloss import apply_loss, link_losses, remove_table
+from .linknames import planned_interfaces
 from .mininetlog import LinkError, MininetLog
 from ..switches.jobs import (Job, Upstream, Worker, aggregator_ip, aggregator_mac, free_copies,
                    guard_entries, ip_to_int, mac_to_int, program_aggregator, program_job,
                    release_job, result_entry, source_entry)
-from ..config import ConfigError
 from .record import RunRecord
 from .shells import bound_shell_commands
 from ..switches.targets import TargetError, make_target
@@ -150,7 +150,10 @@ class Testbed(ClusterParts):
         if self.host_cpu:  # listed before they exist: a failed build leaves them too
             for name in self.topo.hosts():
                 self.record.add_cgroups([str(d) for d in cgroup_dirs(name)])
-            self.record.save()
+        if self.cluster is None:  # and the links' ends: a build cut short by a kill -9
+            for name in planned_interfaces(self.topo):  # leaves them here (clean)
+                self.record.add_interface(name)
+        self.record.save()
         try:
             self.net.build()  # hosts, switches (each with its device id) and links
         except Exception as exc:
@@ -584,15 +587,3 @@ class Testbed(ClusterParts):
         if left:
             raise RuntimeError(f"teardown left {', '.join(left)}"
                                + (f" ({problem!r})" if problem else ""))
-
-
-def check_names_free(topo_name: str, topo):
-    """Refuse to start when an interface the topology's switches will create exists
-    already (left by a run without a record, or another program)."""
-    switches = set(topo.switches())
-    taken = sorted(p.name for p in Path("/sys/class/net").iterdir()
-                   if p.name.split("-eth")[0] in switches and "-eth" in p.name)
-    if taken:
-        raise ConfigError(f"interface {taken[0]} exists already ({len(taken)} of the "
-                          f"{topo_name} switches' names are taken): run `qaina-bench clean`, "
-                          f"or remove them with `ip link del {taken[0]}`")

@@ -361,6 +361,18 @@ def _records(directory: Path | None):
             continue  # not a record of ours, or one being written
 
 
+def unreadable_records(directory: Path | None = None) -> list[tuple[Path, str]]:
+    """``*.json`` files of the record directory that are no readable run record (a
+    damaged one, another tool's), with why: ``clean`` names them and leaves them."""
+    out = []
+    for path in sorted(Path(directory or record_dir()).glob("*.json")):
+        try:
+            RunRecord.load(path)
+        except (OSError, ValueError, KeyError) as exc:
+            out.append((path, str(exc) or type(exc).__name__))
+    return out
+
+
 def stale_records(directory: Path | None = None) -> list[RunRecord]:
     """Records of runs whose owner process is no longer alive."""
     return [rec for rec in _records(directory) if not rec.owner_alive()]

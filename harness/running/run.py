@@ -36,7 +36,8 @@ from .mncli import RunCLI
 from .clustercheck import cluster_for, local_bmv2_check
 from .cluster import SSH, host_servers
 from .sshmux import Masters
-from .network import Testbed, check_names_free
+from .linknames import check_names_free
+from .network import Testbed
 from .record import RunRecord, live_records, stale_records
 from .rundir import RunFiles
 from .exactsums import ExactSums

@@ -27,6 +27,7 @@ import numpy as np
 import psutil
 
 from .cpustat import STAT_FIELDS, SchedClock, machine_times, process_times
+from ..results.fidelity import BUSY_STATES
 from ..results.resultset import ResultWriter
 
 COUNTERS = ("MyIngress.slots_opened", "MyIngress.slots_closed", "MyIngress.agg_packets",
@@ -63,7 +64,7 @@ class Sampler(threading.Thread):
                 self._clocks[name] = SchedClock(pid)
             except psutil.Error:
                 pass
-        psutil.cpu_percent(percpu=True)
+        psutil.cpu_times_percent(percpu=True)
         self._cores: list[list[float]] = []
         self._proc_busy: dict[str, list[float]] = {name: [] for name in self._procs}
 
@@ -136,7 +137,10 @@ class Sampler(threading.Thread):
                                              "bytes_recv": c.bytes_recv,
                                              "packets_sent": c.packets_sent,
                                              "packets_recv": c.packets_recv})
-        self._cores.append(psutil.cpu_percent(percpu=True))
+        # busy as the fidelity verdict counts it: niced work (it yields to the run),
+        # idle and iowait left out
+        self._cores.append([sum(getattr(c, state, 0.0) for state in BUSY_STATES)
+                            for c in psutil.cpu_times_percent(percpu=True)])
         for name, p in self._procs.items():
             try:
                 self._proc_busy[name].append(p.cpu_percent(None) / 100)
@@ -168,6 +172,7 @@ class Sampler(threading.Thread):
                      "interval_target_s": self.slot_interval,
                      "interval_median_s": float(np.median(gaps)) if len(gaps) else None,
                      "interval_p99_s": float(np.percentile(gaps, 99)) if len(gaps) else None,
+                     "interval_max_s": float(gaps.max()) if len(gaps) else None,
                      "samples": len(self._slot_times)})
         return {"slot_sampling": slots, "cpu": self.cpu()}
 
