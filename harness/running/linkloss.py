@@ -17,10 +17,10 @@ The rules act on what the egress hook sees, before the kernel cuts a TCP burst (
 up to ~45 segments on the testbed's links) into frames, as a netem qdisc does: a host's
 TCP loses a burst at a time, the share of bytes lost still ``percent``. Datagrams (the
 agents' packets) and what a switch forwards are lost frame by frame. Cutting every
-burst to one segment (``gso_max_segs 1``) would make TCP losses independent, but slows
-an unshaped veth's TCP about tenfold (1 GB: 2.1-2.9 s against 26 s, measured), which
-would handicap the TCP baselines. ``link_losses`` reads what the rules saw and lost,
-the summary's ``link_loss``.
+burst to one segment (``gso_max_segs 1``) would make TCP losses independent, but
+would change what the TCP baselines cost per byte against the runs they are
+compared with, so the links keep the kernel's bursts. ``link_losses`` reads what the
+rules saw and lost, the summary's ``link_loss``.
 """
 
 from __future__ import annotations
