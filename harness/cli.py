@@ -268,6 +268,7 @@ def clean():
         click.echo(f"removed the half-written record {path}")
     odd = unreadable_records()
     for path, why in odd:  # a damaged record would hide what its run left
+        why = why.replace(str(path), "").strip(" :") or "unreadable"
         click.echo(f"{path}: no run record this can read ({why[:120]}); left as it is: "
                    "if it was a run's, remove what it lists by hand, then the file")
     if not recs and not temps and not odd:

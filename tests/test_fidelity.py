@@ -351,13 +351,17 @@ def test_a_sampler_held_up_across_the_transfers_end_gives_no_verdict():
         data = series()
         data["link"] = [r for r in data["link"] if not lo < r["time"] < hi]
         return data
-    held = without(11.0, 14.0)  # and the last samples' counts taken at 14.0 s
-    held["link"] += [{**r, "time": 14.0} for r in link_rows() if r["time"] == 13.0]
-    held = judge(bw=1.0, data=held)
+    held_data = without(11.0, 14.0)  # and the last samples' counts taken at 14.0 s
+    held_data["link"] += [{**r, "time": 14.0} for r in link_rows() if r["time"] == 13.0]
+    held = judge(bw=1.0, data=held_data)
     assert held["verdict"] == "n/a"
     assert "no link sample for 3.0 s around a start or end of the transfer" in held["reason"]
     inside = judge(bw=1.0, data=without(10.0, 11.1))  # 10.0 .. 11.2: 10.5 and 11.0 gone
     assert inside["verdict"] == "network-bound"
+    ended = judge(bw=1.0, data=without(11.0, 99.0))  # the sampler's last sample at 11.0
+    assert ended["verdict"] == "n/a" and "no link sample for 1.5 s" in ended["reason"]
+    # unshaped links bind nothing whatever the samples: cpu-bound, and warned of
+    assert judge(bw=None, data=held_data)["verdict"] == "cpu-bound"
 
 
 def test_slot_sampling_with_a_long_gap_is_warned_of():
@@ -367,3 +371,12 @@ def test_slot_sampling_with_a_long_gap_is_warned_of():
     assert sampling_warnings({"source": "not applicable: no in-network aggregation"}) == []
     said = sampling_warnings(slots | {"interval_max_s": 15.2})
     assert said and "unsampled for 15.2 s at a time" in said[0]
+
+
+def test_the_samplers_busy_cores_leave_niced_work_out_as_the_verdict_does():
+    from collections import namedtuple
+    from qaina_bench.harness.running.sampling import busy_percent
+    times = namedtuple("scputimes", "user nice system idle iowait irq softirq steal guest")
+    cores = [times(10, 80, 5, 5, 0, 0, 0, 0, 0),  # a niced build on core 0
+             times(50, 0, 20, 10, 10, 4, 5, 1, 0)]
+    assert busy_percent(cores) == [15, 80]

@@ -233,8 +233,13 @@ def test_link_loss_sums_the_rules_counts_and_warns_when_they_did_not_act():
     # the hook saw nothing though the links carried frames: the links were lossless
     unseen = loss_summary({"by": "nftables", "interfaces": {
         k: dict.fromkeys(v, 0) for k, v in ends.items()}}, 1.0)
-    assert "saw none" in loss_warnings(unseen, links)[0]
+    assert "loss rules never saw (s1-eth1)" in loss_warnings(unseen, links)[0]
     assert loss_warnings(unseen, {}) == []  # nor did the links carry any
+    # one switch interface's rule saw nothing of what it sent: that link only
+    partly = loss_summary({"by": "nftables", "interfaces": {
+        **ends, "s1-eth2": dict.fromkeys(ends["s1-eth1"], 0)}}, 1.0)
+    said = loss_warnings(partly, links | {"s1-eth2": {"bytes_sent": 5, "bytes_recv": 0}})
+    assert len(said) == 1 and "never saw (s1-eth2)" in said[0]
     # 5% asked of 10,000 frames, 300 lost: far below (500 +- 22)
     few = loss_summary({"by": "nftables", "interfaces": {"h1-eth0": {
         "frames": 10_000, "bytes": 10**7, "lost": 300, "lost_bytes": 3 * 10**5}}}, 5.0)
@@ -244,5 +249,7 @@ def test_link_loss_sums_the_rules_counts_and_warns_when_they_did_not_act():
     assert loss_warnings(near, links) == []
     unread = loss_summary({"by": "nftables", "error": "the counters could not be read"}, 1.0)
     assert "not known" in loss_warnings(unread, links)[0]
+    half = loss_summary({"by": "nftables", "interfaces": ends, "error": "h2: no answer"}, 1.0)
+    assert half["frames"] == 1000 and len(loss_warnings(half, links)) == 1
     assert loss_summary({"by": "netem"}, 1.0) == {"percent": 1.0, "by": "netem"}
     assert loss_summary(None, None) is None and loss_warnings(None, links) == []

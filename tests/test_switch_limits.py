@@ -108,6 +108,19 @@ def test_multicast_groups_are_bounded(tmp_path_factory):
             conn.set_multicast_group(7, many, insert=False)
         conn.delete_multicast_group(8)
         conn.set_multicast_group(7, many, insert=False)
+        lab.reset()  # every group id, in one batch (the cap is kept as a running total)
+        req = p4runtime_pb2.WriteRequest(device_id=1)
+        req.election_id.high, req.election_id.low = conn.election_id
+        for gid in range(1, 1 << 16):
+            u = req.updates.add(type=p4runtime_pb2.Update.INSERT)
+            g = u.entity.packet_replication_engine_entry.multicast_group_entry
+            g.multicast_group_id = gid
+            g.replicas.add(egress_port=1, instance=gid)
+        conn._call("write", conn.stub.Write, req)
+        assert conn._read("group", _group_entity(65535))
+        conn.set_multicast_group(7, [(1, 7), (2, 7)], insert=False)  # replica 65,536
+        with pytest.raises(ControlError, match="RESOURCE_EXHAUSTED"):
+            conn.set_multicast_group(8, [(1, 8), (2, 8)], insert=False)
     finally:
         lab.close()
 

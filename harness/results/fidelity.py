@@ -32,7 +32,8 @@ The verdict (``verdict``; the thresholds are ``NETWORK_BOUND``, ``WELL_BELOW`` a
 
 * ``n/a``: no iteration completed, or (shaped links) no link sample fell into the
   transfer time, or the samples left a gap of ``SAMPLE_GAP`` or more around a start
-  or end of it (a stopped or starved harness: the bytes of either side are unknown);
+  or end of it (a stopped or starved harness: the bytes of either side are unknown;
+  also before the first sample or after the last);
 * ``cpu-bound`` when the links are unshaped (no ``--bw``): without a link rate there
   is nothing for the job to be network-bound by, packets cross the links as fast as
   the CPUs move them;
@@ -166,14 +167,29 @@ def link_load(link_rows: list[dict], interfaces: dict[str, str], hosts: set[str]
         held[label] = held.get(label, 0.0) + (piece[1] - piece[0]) / span
     samples = max((c.samples_within(intervals) for c in counters.values()), default=0)
     times = sorted({float(t) for c in counters.values() for t in c.t})
-    edges = [x for iv in intervals for x in iv]
-    blind = max((b - a for a, b in zip(times, times[1:])
-                 if b - a >= SAMPLE_GAP and any(a < x < b for x in edges)), default=0.0)
+    blind = blind_gap(times, [x for iv in intervals for x in iv]) if times else 0.0
     return {"directions": directions, "blind_gap_s": blind,
             "load": busy * 8 / span / 1e6 / rate_mbit if rate_mbit else None,
             "load_mbit_s": busy * 8 / span / 1e6,
             "bottleneck_time": dict(sorted(held.items(), key=lambda kv: -kv[1])[:4]),
             "samples": samples}
+
+
+def blind_gap(times: list[float], edges: list[float]) -> float:
+    """The longest span without a sample (``times``, sorted) around any of ``edges``
+    that is at least ``SAMPLE_GAP`` long, 0.0 if none; an edge before the first sample
+    or after the last counts from it."""
+    times_arr = np.array(times)
+    longest = 0.0
+    for x in edges:
+        i = int(np.searchsorted(times_arr, x))  # times[i - 1] < x <= times[i]
+        before = times_arr[i - 1] if i > 0 else x
+        after = times_arr[i] if i < len(times_arr) else x
+        if after == x and i < len(times_arr):  # a sample at the edge itself
+            continue
+        if after - before >= SAMPLE_GAP:
+            longest = max(longest, float(after - before))
+    return longest
 
 
 def cpu_load(cpu_rows: list[dict], proc_rows: list[dict], processes: list[str],
@@ -241,7 +257,7 @@ def job_fidelity(job_id: int, hosts: set[str], rows: list[dict], series: dict,
     if rate_mbit and links["samples"] == 0:
         return {"verdict": "n/a", "reason": "no link sample fell into the transfer time",
                 **out}
-    if links["blind_gap_s"]:  # the sampler was held up (a stopped or starved harness)
+    if rate_mbit and links["blind_gap_s"]:  # the sampler was held up (stopped, starved)
         return {"verdict": "n/a", "reason": f"no link sample for {links['blind_gap_s']:.1f} "
                 "s around a start or end of the transfer (the harness's sampler was held "
                 "up): what the links carried then is not known", **out}

@@ -478,7 +478,8 @@ def cpu_s_per_melem(summary: dict, directory: Path):
     return (summary.get("cpu_cost") or {}).get("s_per_melem")
 
 
-@run_metric("cpu_busy", "share", "the cores' busy share, mean over the run",
+@run_metric("cpu_busy", "share", "the cores' busy share, mean over the run (niced work "
+            "left out since 2026-12-07, as in the verdict; counted before)",
             source="`harness/running/sampling.py:Sampler.cpu`")
 def cpu_busy(summary: dict, directory: Path):
     return ((summary.get("validity") or {}).get("cpu") or {}).get("cores_busy_mean")

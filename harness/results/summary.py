@@ -238,7 +238,7 @@ def loss_summary(applied: dict | None, percent: float | None) -> dict | None:
         return None
     out = {"percent": percent, **applied}
     ends = applied.get("interfaces")
-    if ends is not None:
+    if ends:
         for key in ("frames", "bytes", "lost", "lost_bytes"):
             out[key] = sum(c.get(key, 0) for c in ends.values())
         # bytes: a host's TCP bursts pass the rules whole (``parse_counts``)
@@ -247,22 +247,25 @@ def loss_summary(applied: dict | None, percent: float | None) -> dict | None:
 
 
 def loss_warnings(loss: dict | None, links: dict) -> list[str]:
-    """Warnings for loss asked for but not made: the rules' counters unread, frames on
-    the links that the rules never saw, or far fewer losses than the rate gives."""
+    """Warnings for loss asked for but not made: rules' counters unread, frames a
+    switch interface sent that its rule never saw, or far fewer losses than the rate
+    gives."""
     if not loss or loss.get("by") != "nftables":
         return []
-    if "error" in loss:
-        return [f"{loss['error']}: the loss the links had is not known"]
-    carried = sum(b["bytes_sent"] for b in links.values())
-    if not loss["frames"] and carried:
-        return ["the links carried frames but the nftables loss rules saw none: the "
-                "kernel did not run their egress hook, so the links were lossless"]
-    expected = loss["frames"] * loss["percent"] / 100
+    out = [f"{loss['error']}: the loss those links had is not known"] if "error" in loss else []
+    ends = loss.get("interfaces") or {}
+    unseen = [name for name, b in sorted(links.items())
+              if b["bytes_sent"] and name in ends and not ends[name]["frames"]]
+    if unseen:
+        out.append(f"the links carried frames that the nftables loss rules never saw "
+                   f"({', '.join(unseen[:4])}{', ...' if len(unseen) > 4 else ''}): the "
+                   "kernel did not run their egress hook, so those links were lossless")
+    expected = (loss.get("frames") or 0) * loss["percent"] / 100
     if expected >= 25 and loss["lost"] < expected - 5 * expected ** 0.5:
-        return [f"the loss rules lost {loss['lost']} of {loss['frames']} frames, far below "
-                f"the {expected:.0f} that {loss['percent']:g}% gives: the links lost less "
-                "than asked"]
-    return []
+        out.append(f"the loss rules lost {loss['lost']} of {loss['frames']} frames, far "
+                   f"below the {expected:.0f} that {loss['percent']:g}% gives: the links "
+                   "lost less than asked")
+    return out
 
 
 def fidelity(job: dict, rows: list[dict], series: dict, cfg, meta: dict) -> dict:

@@ -98,38 +98,49 @@ def parse_counts(listing: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def loss_counts(nodes, table: str) -> dict[str, dict[str, int]]:
+def loss_counts(nodes, table: str) -> tuple[dict[str, dict[str, int]], list[str]]:
     """What the loss rules of every interface of ``nodes`` (Mininet nodes) saw and lost
-    (``parse_counts`` per chain), read from each network namespace once. Raises OSError
-    when a table cannot be read."""
+    (``parse_counts`` per chain), read from each network namespace once, and why the
+    namespaces that could not be read were not."""
     out: dict[str, dict[str, int]] = {}
-    places = set()
+    problems, places = [], set()
     for node in nodes:
         place = (getattr(node, "server", None), node.name if node.inNamespace else None)
-        if place not in places:
-            places.add(place)
+        if place in places:
+            continue
+        places.add(place)
+        try:
             listing = _listing(node, table)
-            try:
-                out.update(parse_counts(listing))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                raise OSError(f"{node.name}: {listing.strip()[:200]}") from None
-    return out
+        except OSError as exc:
+            problems.append(str(exc))
+            continue
+        try:
+            out.update(parse_counts(listing))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            problems.append(f"{node.name}: {listing.strip()[:200]}")
+    return out, problems
 
 
-def _listing(node, table: str) -> str:
-    """``nft -j list table netdev TABLE`` in ``node``'s network namespace."""
+def _listing(node, table: str, timeout: float = 10.0) -> str:
+    """``nft -j list table netdev TABLE`` in ``node``'s network namespace, on its
+    server; not through its shell, which may be busy (a user's command) or stopped."""
     cmd = ["nft", "-j", "list", "table", "netdev", table]
-    if getattr(node, "isRemote", False):  # through its shell, unless that is busy
-        if node.waiting:
-            raise OSError(f"{node.name}: its shell is busy")
-        return node.cmd(" ".join(cmd))
-    if node.inNamespace:  # not through its shell, which a user may have left busy
+    if node.inNamespace or getattr(node, "isRemote", False):
         cmd = ["mnexec", "-a", str(node.pid)] + cmd
+    if getattr(node, "isRemote", False):
+        popen = node.rpopen(*cmd, short=True)
+    else:
+        popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        out, _ = popen.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise OSError(f"{node.name}: nft did not answer in 10 s") from None
-    return res.stdout if res.returncode == 0 else res.stderr
+        popen.kill()
+        popen.communicate()
+        raise OSError(f"{node.name}: nft did not answer in {timeout:g} s") from None
+    text = out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+    if popen.returncode != 0:
+        raise OSError(f"{node.name}: {text.strip()[-200:] or f'exit {popen.returncode}'}")
+    return text
 
 
 def apply_loss(node, ifname: str, percent: float, table: str):
@@ -155,12 +166,17 @@ def remove_table(table: str):
 
 def link_losses(net, table: str) -> dict:
     """Per interface of ``net``'s links, the frames its loss rule saw and lost, as the
-    summary's ``link_loss`` takes them (``{"interfaces": ...}``, or ``{"error": ...}``
-    when a namespace's table could not be read)."""
+    summary's ``link_loss`` takes them (``{"interfaces": ...}``, and ``"error"`` when a
+    namespace's table could not be read: its interfaces are then left out)."""
     intfs = [i for link in net.links for i in (link.intf1, link.intf2)]
     try:
-        counts = loss_counts({i.node.name: i.node for i in intfs}.values(), table)
+        counts, problems = loss_counts({i.node.name: i.node for i in intfs}.values(), table)
     except Exception as exc:  # noqa: BLE001 - teardown goes on without the counts
-        return {"error": f"the loss rules' counters could not be read: {exc}"}
-    return {"interfaces": {i.name: counts.get(loss_chain(i.name), dict(NO_COUNTS))
-                           for i in sorted(intfs, key=lambda i: i.name)}}
+        counts, problems = {}, [f"{type(exc).__name__}: {exc}"]
+    out = {"interfaces": {i.name: counts[loss_chain(i.name)]
+                          for i in sorted(intfs, key=lambda i: i.name)
+                          if loss_chain(i.name) in counts}}
+    if problems:
+        out["error"] = f"the loss rules' counters of some links could not be read: " \
+                       f"{'; '.join(problems[:3])}"
+    return out

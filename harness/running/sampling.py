@@ -35,6 +35,13 @@ COUNTERS = ("MyIngress.slots_opened", "MyIngress.slots_closed", "MyIngress.agg_p
 SATURATED = 0.9  # busy share of a core (or of all cores) that counts as saturated
 
 
+def busy_percent(cores) -> list[float]:
+    """Per core of ``psutil.cpu_times_percent(percpu=True)``, the percent busy as the
+    fidelity verdict counts it: niced work (it yields to the run), idle and iowait left
+    out."""
+    return [sum(getattr(c, state, 0.0) for state in BUSY_STATES) for c in cores]
+
+
 class Sampler(threading.Thread):
     """Samples a running testbed into a ``ResultWriter`` until ``stop()``."""
 
@@ -137,10 +144,7 @@ class Sampler(threading.Thread):
                                              "bytes_recv": c.bytes_recv,
                                              "packets_sent": c.packets_sent,
                                              "packets_recv": c.packets_recv})
-        # busy as the fidelity verdict counts it: niced work (it yields to the run),
-        # idle and iowait left out
-        self._cores.append([sum(getattr(c, state, 0.0) for state in BUSY_STATES)
-                            for c in psutil.cpu_times_percent(percpu=True)])
+        self._cores.append(busy_percent(psutil.cpu_times_percent(percpu=True)))
         for name, p in self._procs.items():
             try:
                 self._proc_busy[name].append(p.cpu_percent(None) / 100)

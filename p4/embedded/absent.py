@@ -25,6 +25,6 @@ def read_absent(kind: str):
         if kind.startswith("direct_"):
             named = named.table_id
         if named:
-            raise PipelineError("INVALID_ARGUMENT", f"{kind}: the P4Info has no such entity "
-                                f"({ABSENT[kind]} {named})")
+            raise PipelineError("INVALID_ARGUMENT", f"{kind} of {ABSENT[kind]} {named}: "
+                                f"qaina.p4 has no {kind.removesuffix('_entry')}s")
     return read

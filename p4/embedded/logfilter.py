@@ -5,17 +5,23 @@ from __future__ import annotations
 import logging
 import time
 
+#: what gRPC says of a request body it cannot parse (``grpc._common``)
+SPARED = "Exception deserializing"
+
 
 class Sparing(logging.Filter):
-    """Lets the first ``burst`` records through whole, then one line a minute that says
-    how many were held back: gRPC logs a traceback for every request body it cannot
-    parse, which any client that reaches the port can send."""
+    """Of the records that begin with ``SPARED``, lets the first ``burst`` through
+    whole, then one line a minute that says how many were held back: gRPC logs a
+    traceback for every request body it cannot parse, which any client that reaches the
+    port can send. Everything else passes."""
 
     def __init__(self, burst: int = 5, every: float = 60.0):
         super().__init__()
         self.burst, self.every, self.held, self.last = burst, every, 0, -every
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(SPARED):
+            return True
         if self.burst > 0:
             self.burst -= 1
             return True

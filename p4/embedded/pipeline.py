@@ -103,6 +103,7 @@ class Pipeline(SharedPool):
                                self.cells["MyEgress.results_sent"], self.frame_len)
         #: multicast group id -> [(egress port, instance)]
         self.mcast_groups = self.pre.groups
+        self.mcast_replicas = 0  # of all groups (P4Runtime keeps it; a cap holds on it)
         self.internal_errors = 0
         # Lookup structures for the packet path, rebuilt whenever a table changes.
         self._lpm: list[tuple[int, dict]] = []

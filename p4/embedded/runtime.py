@@ -331,7 +331,7 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
         if kind == _UPDATE.DELETE:
             if not exists:
                 raise PipelineError("NOT_FOUND", f"no multicast group {gid}")
-            del pipeline.mcast_groups[gid]
+            pipeline.mcast_replicas -= len(pipeline.mcast_groups.pop(gid))
             return
         copies = replicas(group)
         if kind == _UPDATE.INSERT:
@@ -339,13 +339,13 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
                 raise PipelineError("ALREADY_EXISTS", f"multicast group {gid} exists")
         elif not exists:
             raise PipelineError("NOT_FOUND", f"no multicast group {gid}")
-        held = sum(map(len, pipeline.mcast_groups.values())) - len(
-            pipeline.mcast_groups.get(gid, ()))
+        held = pipeline.mcast_replicas - len(pipeline.mcast_groups.get(gid, ()))
         if held + len(copies) > MAX_ALL_REPLICAS:
             raise PipelineError("RESOURCE_EXHAUSTED", f"multicast group {gid}: this switch "
                                 f"holds at most {MAX_ALL_REPLICAS} replicas in all "
                                 f"groups ({held} held)")
         pipeline.mcast_groups[gid] = copies
+        pipeline.mcast_replicas = held + len(copies)
 
     @staticmethod
     def _write_counter(pipeline, kind, entry):
@@ -524,9 +524,9 @@ def serve(device: Device, address: str) -> tuple[grpc.Server, int]:
     The port is never shared (no SO_REUSEPORT): a switch whose address is taken
     fails here instead of splitting clients with another process.
     """
-    for name in ("grpc._common", "grpc._server"):  # a client's junk must not flood the log
-        if not any(isinstance(f, Sparing) for f in logging.getLogger(name).filters):
-            logging.getLogger(name).addFilter(Sparing())
+    common = logging.getLogger("grpc._common")  # a client's junk must not flood the log
+    if not any(isinstance(f, Sparing) for f in common.filters):
+        common.addFilter(Sparing())
     problem = _unbindable(address)
     if problem:  # said here in one line, before gRPC's core logs its own
         raise OSError(f"cannot listen for P4Runtime on {address}: {problem}")
