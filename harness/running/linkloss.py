@@ -128,7 +128,7 @@ def _listing(node, table: str, timeout: float = 10.0) -> str:
     if node.inNamespace or getattr(node, "isRemote", False):
         cmd = ["mnexec", "-a", str(node.pid)] + cmd
     if getattr(node, "isRemote", False):
-        popen = node.rpopen(*cmd, short=True)
+        popen = node.rpopen(cmd, short=True)  # one list: rpopen passes on its words
     else:
         popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
