@@ -403,7 +403,7 @@ def test_tcp_baselines_see_the_link_loss(tmp_path):
 
 def check_link_loss(summary: dict, percent: float):
     """The summary says how the loss was made and, for nftables rules, that they lost
-    about ``percent`` % of what every link carried."""
+    about ``percent`` % of what the links carried."""
     loss = summary["link_loss"]
     assert loss["percent"] == percent
     if loss["by"] == "netem":

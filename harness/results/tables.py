@@ -67,8 +67,9 @@ def print_summary(summary: dict, directory: Path):
     if summary.get("startup_to_first_send_s") is not None:
         echo(startup_line(summary))
     print_fidelity(summary)
-    if loss_line(summary):
-        echo(loss_line(summary))
+    loss = loss_line(summary)
+    if loss:
+        echo(loss)
     for warning in summary.get("validity", {}).get("warnings", []):
         echo(f"warning: {warning}", err=True)
     for err in summary.get("errors", []):

@@ -353,24 +353,25 @@ def leftover_temp_files(directory: Path | None = None) -> list[Path]:
     return [p for p in Path(directory or record_dir()).glob(".*.json.*") if p.is_file()]
 
 
-def _records(directory: Path | None):
+def _loaded(directory: Path | None):
+    """``(path, record, None)`` for every ``*.json`` of the record directory, or
+    ``(path, None, why)`` where it is no readable run record."""
     for path in sorted(Path(directory or record_dir()).glob("*.json")):
         try:
-            yield RunRecord.load(path)
-        except (OSError, ValueError, KeyError):
-            continue  # not a record of ours, or one being written
+            yield path, RunRecord.load(path), None
+        except (OSError, ValueError, KeyError) as exc:
+            yield path, None, str(exc) or type(exc).__name__
+
+
+def _records(directory: Path | None):
+    # what is no record of ours (another tool's, a damaged one) is passed over here
+    return (rec for _, rec, _ in _loaded(directory) if rec is not None)
 
 
 def unreadable_records(directory: Path | None = None) -> list[tuple[Path, str]]:
     """``*.json`` files of the record directory that are no readable run record (a
     damaged one, another tool's), with why: ``clean`` names them and leaves them."""
-    out = []
-    for path in sorted(Path(directory or record_dir()).glob("*.json")):
-        try:
-            RunRecord.load(path)
-        except (OSError, ValueError, KeyError) as exc:
-            out.append((path, str(exc) or type(exc).__name__))
-    return out
+    return [(path, why) for path, rec, why in _loaded(directory) if rec is None]
 
 
 def stale_records(directory: Path | None = None) -> list[RunRecord]:
