@@ -85,12 +85,9 @@ class RunConfig(Settings):
         except ValueError as exc:  # a device, a pipe, too large
             raise ConfigError(f"config file {path}: {exc}") from None
         try:
-            data = yaml.safe_load(text)
+            data = parse_yaml(text)
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-            raise ConfigError(f"config file {path} is not valid YAML{at}: "
-                              f"{getattr(exc, 'problem', None) or str(exc).splitlines()[0]}"
+            raise ConfigError(f"config file {path} is not valid YAML{yaml_problem(exc)}"
                               ) from None
         except (RecursionError, ValueError) as exc:  # nested too deeply; a huge integer
             raise ConfigError(f"config file {path}: {yaml_limit(exc)}") from None
@@ -329,8 +326,24 @@ class RunConfig(Settings):
 #: the most code steps ``--headroom`` adds: a scale code is one signed byte
 MAX_HEADROOM = 255
 
-#: the largest config file or sweep spec read
-MAX_YAML = 16 << 20
+#: the largest config file or sweep spec read (a run's config.yaml is a few kB; libyaml
+#: takes a few seconds for 1 MB, the pure-Python parser many times that)
+MAX_YAML = 1 << 20
+
+#: PyYAML's libyaml parser where PyYAML was built with it, else its pure-Python one
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str):
+    """``text`` as YAML, plain data only (no tags that build Python objects)."""
+    return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what the YAML error is: ' (line L, column C): problem'."""
+    mark = getattr(exc, "problem_mark", None)
+    at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+    return f"{at}: {getattr(exc, 'problem', None) or str(exc).splitlines()[0]}"
 
 
 def yaml_limit(exc: Exception) -> str:

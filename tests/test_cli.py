@@ -96,13 +96,15 @@ def test_bad_input_is_one_clear_line(args, fragment):
 
 @pytest.mark.parametrize("make, fragment", [
     (lambda p: os.mkfifo(p), "not a regular file"),
-    (lambda p: p.write_text("topo: " + "{a: " * 5000 + "}" * 5000 + "\n"), "nested too deeply"),
+    (lambda p: p.write_text("topo: " + "{a: " * 5000 + "}" * 5000 + "\n"), "nest"),
     (lambda p: p.write_text("jobs: " + "9" * 5000 + "\n"), "more digits than Python reads"),
+    (lambda p: p.write_text("topo: star\n" + "# padding\n" * 120_000), "larger than 1 MB"),
 ])
 def test_a_config_file_that_is_a_pipe_or_past_pythons_limits_is_one_line(tmp_path, make,
                                                                         fragment):
     """A pipe would be read forever, /dev/zero until memory runs out; deep nesting and
-    huge integers raise past PyYAML's errors."""
+    huge integers raise past PyYAML's errors (libyaml refuses the nesting itself); a
+    large file would take minutes to parse."""
     path = tmp_path / "c.yaml"
     make(path)
     for args in (["run", str(path), "--dry-run"], ["sweep", "--dry-run", str(path)]):
@@ -118,7 +120,7 @@ def test_config_file_errors(tmp_path):
     assert code != 0 and "unknown option(s) wokers" in out
     bad.write_text("topo: [unclosed\n")
     code, out = run_cli("run", str(bad))
-    assert code != 0 and "not valid YAML (line 2, column 1): expected ','" in out, out
+    assert code != 0 and "not valid YAML (line 2, column 1): " in out and "expected ','" in out, out
     bad.write_text("topo: star\nnetwork: 5\n")
     code, out = run_cli("run", str(bad))
     assert code != 0 and "network is a section: a mapping of its options" in out, out

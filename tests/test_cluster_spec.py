@@ -20,7 +20,11 @@ from qaina_bench.settings import ConfigError
     ("servers: [a]\nfoo: 1\n", "unknown key(s) foo"),
     ("servers: [a]\nuser: [x]\n", "user ['x'] is not a user name"),
     ("servers: [root@n2]\n", "'root@n2' is not a host name"),
-    (b"\xff\xfe", "not YAML (UnicodeDecodeError)"),
+    (b"\xff\xfe", "not a YAML file: not UTF-8 text"),
+    ("servers: [a\n", "not a YAML file (line 2, column 1)"),
+    ("servers: " + "[" * 3000 + "]" * 3000 + "\n", "nest"),
+    ("servers: [a]\npin: {s1: " + "9" * 5000 + "}\n", "more digits than Python reads"),
+    ("servers: [a]\n" + "# padding\n" * 120_000, "larger than 1 MB"),
 ])
 def test_a_cluster_file_of_the_wrong_shape_is_one_line(tmp_path, text, fragment):
     spec = tmp_path / "cluster.yaml"

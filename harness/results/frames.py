@@ -69,6 +69,7 @@ from pathlib import Path
 
 import yaml
 
+from ..config import MAX_YAML, parse_yaml
 from .metrics import METRICS, job_metrics
 from .resultset import ITERATION_COLUMNS, TIMESERIES_COLUMNS, read_text, regular_file
 from .summary import MIN_SLOT_SAMPLES, SummaryError, load_summary
@@ -210,8 +211,8 @@ def _config(summary: dict, directory: Path) -> dict:
     if isinstance(summary.get("config"), dict):
         return summary["config"]
     try:
-        config = yaml.safe_load(read_text(directory / "config.yaml")) or {}
-    except (OSError, ValueError, yaml.YAMLError):
+        config = parse_yaml(read_text(directory / "config.yaml", MAX_YAML)) or {}
+    except (OSError, ValueError, RecursionError, yaml.YAMLError):
         return {}
     return config if isinstance(config, dict) else {}
 

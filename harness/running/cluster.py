@@ -35,6 +35,8 @@ from mininet.link import TCIntf
 from mininet.node import Host, Node
 
 from ...settings import ConfigError
+from ..config import MAX_YAML, parse_yaml, yaml_limit, yaml_problem
+from ..results.resultset import read_text
 from . import sshmux
 
 LOCAL_NAMES = ("localhost", "127.0.0.1")
@@ -84,11 +86,15 @@ class Cluster:
                               "of servers")
         if Path(text).is_file():
             try:
-                data = yaml.safe_load(Path(text).read_text(encoding="utf-8")) or {}
+                data = parse_yaml(read_text(Path(text), MAX_YAML)) or {}
             except (yaml.YAMLError, UnicodeDecodeError) as exc:
-                raise ConfigError(f"--cluster {text}: not YAML ({exc.__class__.__name__})")
+                problem = (yaml_problem(exc) if isinstance(exc, yaml.YAMLError)
+                           else ": not UTF-8 text")
+                raise ConfigError(f"--cluster {text}: not a YAML file{problem}")
             except OSError as exc:
                 raise ConfigError(f"--cluster {text}: {exc.strerror or exc}")
+            except (RecursionError, ValueError) as exc:  # too deep or large, a huge integer
+                raise ConfigError(f"--cluster {text}: {yaml_limit(exc)}")
             if not isinstance(data, dict) or not isinstance(data.get("servers"), list):
                 raise ConfigError(f"--cluster {text}: needs a list `servers:` of host names")
             unknown = sorted(map(str, set(data) - {"servers", "user", "pin"}))

@@ -38,7 +38,7 @@ import yaml
 from ...hosts.lanes import LaneError, LaneFormat
 from ...settings import SECTION_OF, SECTIONS
 from ..config import (MAX_YAML, RUN_ID, ConfigError, PoolError, RunConfig, TraceMissing,
-                      yaml_limit)
+                      parse_yaml, yaml_limit, yaml_problem)
 from ..results.resultset import read_text
 from ..results.tables import CONTROL
 from .sweepcsv import columns, run_row
@@ -90,7 +90,7 @@ class Spec:
     def load(cls, path, quick: bool = False) -> "Spec":
         where = str(path)
         try:
-            data = yaml.safe_load(read_text(Path(path), MAX_YAML))
+            data = parse_yaml(read_text(Path(path), MAX_YAML))
         except FileNotFoundError:
             raise SweepError(f"sweep spec {where} does not exist") from None
         except UnicodeDecodeError:
@@ -98,8 +98,8 @@ class Spec:
         except OSError as exc:
             raise SweepError(f"sweep spec {where}: {exc.strerror}") from None
         except yaml.YAMLError as exc:
-            raise SweepError(f"sweep spec {where} is not valid YAML: "
-                             f"{str(exc).splitlines()[0]}") from None
+            raise SweepError(f"sweep spec {where} is not valid YAML{yaml_problem(exc)}"
+                             ) from None
         except (RecursionError, ValueError) as exc:  # a device or pipe, too large or deep
             raise SweepError(f"sweep spec {where}: {yaml_limit(exc)}") from None
         return cls.from_dict(data, where, quick)
