@@ -12,6 +12,7 @@ they list.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -22,7 +23,13 @@ from pathlib import Path
 
 import psutil
 
+from ..results.resultset import read_text
 from ..switches.firewall import delete_table, table_exists
+
+#: the most a record file may hold: a run's record is kilobytes, so anything larger (or
+#: a pipe or device in its place, which would never end a read) is no record of ours
+MAX_RECORD = 16 << 20
+
 
 def record_dir() -> Path:
     """Where run records live: ``$QAINA_RECORD_DIR``, by default /run/qaina-bench."""
@@ -34,10 +41,23 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _time(v) -> bool:
+    """Whether ``v`` is a start time as a run records it: a finite number of seconds."""
+    try:
+        return _number(v) and math.isfinite(float(v))
+    except OverflowError:  # an integer beyond any float
+        return False
+
+
+def _pid(v) -> bool:
+    """Whether ``v`` is a process id (a positive integer; not a bool)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
 #: what each list of a record (or of its part for a server) holds: a check per item
 _ITEMS = {
-    "processes": lambda p: isinstance(p, dict) and isinstance(p.get("pid"), int)
-    and isinstance(p.get("what"), str) and (p.get("started") is None or _number(p["started"])),
+    "processes": lambda p: isinstance(p, dict) and _pid(p.get("pid"))
+    and isinstance(p.get("what"), str) and (p.get("started") is None or _time(p["started"])),
     "interfaces": lambda n: isinstance(n, str),
     "nft_tables": lambda t: isinstance(t, dict) and isinstance(t.get("family"), str)
     and isinstance(t.get("name"), str),
@@ -69,8 +89,10 @@ def record_problem(data) -> str | None:
     problem = part_problem(data)
     if problem:
         return problem
-    if not isinstance(data.get("run_id"), str) or not isinstance(data.get("owner"), int):
+    if not isinstance(data.get("run_id"), str) or not _pid(data.get("owner")):
         return "no run_id or owner"
+    if data.get("owner_started") is not None and not _time(data["owner_started"]):
+        return "owner_started is no start time"
     if not isinstance(data.get("processes"), list) or not isinstance(data.get("interfaces"), list):
         return "no processes or interfaces"
     switches = data.get("switches", {})
@@ -99,9 +121,11 @@ class RunRecord:
 
     @classmethod
     def load(cls, path: Path) -> "RunRecord":
+        """The record in ``path``; ValueError if it is none (not a regular file, larger
+        than ``MAX_RECORD``, not a record's JSON), OSError if it cannot be read."""
         rec = cls.__new__(cls)
         rec.path = Path(path)
-        rec.data = json.loads(rec.path.read_text())
+        rec.data = _record_data(rec.path)
         problem = record_problem(rec.data)
         if problem:
             raise ValueError(f"{path}: not a run record ({problem})")
@@ -236,7 +260,8 @@ class RunRecord:
                 listed.append(path)
 
     def owner_alive(self) -> bool:
-        """Whether the process that made the record still runs."""
+        """Whether the process that made the record still runs (its PID with the start
+        time recorded with it: a record without one has no live owner)."""
         return _same_process(self.data["owner"], self.data.get("owner_started"))
 
     def remove(self) -> list[str]:
@@ -249,16 +274,7 @@ class RunRecord:
     def remove_resources(self) -> list[str]:
         """Stop the listed processes that are still ours, delete the listed interfaces,
         nftables tables and cgroups that still exist; returns what was done."""
-        procs = []
-        for proc in self.data["processes"]:
-            if _same_process(proc["pid"], proc.get("started")):
-                try:
-                    procs.append((psutil.Process(proc["pid"]), proc))
-                except psutil.Error:
-                    pass
-        stopped = {p.pid for p in stop_processes([p for p, _ in procs])}
-        done = [f"stopped {proc['what']} (pid {proc['pid']})" for p, proc in procs
-                if p.pid in stopped]
+        done = self._stop_processes()
         for name in self.data["interfaces"]:
             if _interface_exists(name):
                 subprocess.run(["ip", "link", "del", name], capture_output=True)
@@ -277,6 +293,20 @@ class RunRecord:
                 shutil.rmtree(path, ignore_errors=True)
                 done.append(f"deleted temporary directory {path}")
         return done + self._on_servers("remove")
+
+    def _stop_processes(self) -> list[str]:
+        """Stop the listed processes that are still ours (their PID with the start time
+        recorded with it); returns what was done, and which PIDs recorded without a
+        start time were left although some process holds them now."""
+        procs = [(p, proc) for proc in self.data["processes"]
+                 if (p := _our_process(proc["pid"], proc.get("started"))) is not None]
+        stopped = {p.pid for p in stop_processes([p for p, _ in procs])}
+        done = [f"stopped {proc['what']} (pid {proc['pid']})" for p, proc in procs
+                if p.pid in stopped]
+        return done + [f"not stopped {p['what']} (pid {p['pid']}): no start time recorded"
+                       for p in self.data["processes"]
+                       if p.get("started") is None and _pid(p["pid"])
+                       and psutil.pid_exists(p["pid"])]
 
     def leftovers(self, wait: float = 2.0, but_last: bool = False) -> list[str]:
         """What the record lists that still exists (after up to ``wait`` seconds for
@@ -301,6 +331,19 @@ class RunRecord:
     def close(self):
         """The run ended cleanly: forget the record."""
         self.path.unlink(missing_ok=True)
+
+
+def _record_data(path: Path):
+    """The JSON of the record file ``path``, read only if it is a regular file of at
+    most ``MAX_RECORD`` bytes; ValueError otherwise, or if it is no JSON."""
+    try:
+        text = read_text(path, MAX_RECORD)
+    except ValueError as exc:  # a pipe, a device, a directory, too large, not UTF-8
+        raise ValueError(f"{path}: {exc}") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply for a run record") from None
 
 
 def _start_time(pid: int) -> float | None:
@@ -332,15 +375,23 @@ def stop_processes(procs: list, grace: float = 3.0) -> list:
 
 
 def _same_process(pid: int, started: float | None) -> bool:
-    """Whether ``pid`` is still the process that started at ``started`` (a PID the
-    kernel gave to another process since is not)."""
+    """Whether ``pid`` is still the process that started at ``started`` (``_our_process``)."""
+    return _our_process(pid, started) is not None
+
+
+def _our_process(pid: int, started: float | None) -> psutil.Process | None:
+    """The live process ``pid`` if it started at ``started``; None if it is gone, or if
+    the PID is another's now: one the kernel gave to another process since, or one
+    recorded without a (finite) start time, which alone may be anyone's."""
+    if not _pid(pid) or not _time(started):
+        return None
     try:
         p = psutil.Process(pid)
-        if started is not None and abs(p.create_time() - started) > 0.05:
-            return False
-        return p.status() != psutil.STATUS_ZOMBIE
+        if abs(p.create_time() - started) > 0.05 or p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return p
     except psutil.Error:
-        return False
+        return None
 
 
 def _interface_exists(name: str) -> bool:
@@ -360,6 +411,8 @@ def _loaded(directory: Path | None):
         try:
             yield path, RunRecord.load(path), None
         except (OSError, ValueError, KeyError) as exc:
+            if isinstance(exc, FileNotFoundError) and not os.path.lexists(path):
+                continue  # closed by its run since it was listed
             yield path, None, str(exc) or type(exc).__name__
 
 
