@@ -92,6 +92,71 @@ def ensure(name: str, dirs=None, log=None, recipe: dict | None = None) -> Path:
     return record(name, **recipe, log=(lambda line: log(f"  {line}")) if log else None).path
 
 
+def train(job: DataParallelJob, iterations: int, dtype: str = "float32", log=None):
+    """Train ``job`` for ``iterations`` SGD steps: every worker's gradient per iteration
+    (stored as ``dtype``), the workers' mean minibatch loss and the training split's
+    loss per iteration, and that loss after the last step. TraceError (one line) as
+    soon as the training diverges: a loss or a gradient that is not a finite number
+    (or past float16's range when stored so); numpy's warnings on the way are not
+    printed, the error says it."""
+    with np.errstate(all="ignore"):
+        gradients, losses, train_losses = _steps(job, iterations, dtype, log)
+        final = _finite(job.train_loss(), "the training loss after the last step",
+                        job.learning_rate)
+    return gradients, losses, train_losses, final
+
+
+def _steps(job: DataParallelJob, iterations: int, dtype: str, log):
+    """``train``'s iterations: gradients, minibatch losses and training losses."""
+    store = np.float16 if dtype == "float16" else np.float32
+    lr = job.learning_rate
+    gradients = [[] for _ in range(job.workers)]
+    losses, train_losses = [], []
+    for i in range(iterations):
+        train_losses.append(_finite(job.train_loss(), f"the training loss at iteration {i}",
+                                    lr))
+        batch_losses, total = [], np.zeros(job.net.elements, dtype=np.float32)
+        for k in range(job.workers):
+            loss, grad = job.gradient(k)
+            _finite(loss, f"worker {k}'s minibatch loss at iteration {i}", lr)
+            gradients[k].append(_storable(grad, store, f"worker {k}'s gradient at "
+                                          f"iteration {i}", lr))
+            batch_losses.append(loss)
+            total += grad
+        losses.append(float(np.mean(batch_losses)))
+        job.step(total)
+        if log:
+            log(f"iteration {i}: minibatch loss {losses[-1]:.4f}, "
+                f"training loss {train_losses[-1]:.4f}")
+    return gradients, losses, train_losses
+
+
+def _finite(value: float, what: str, lr: float) -> float:
+    """``value`` as a float if it is a finite number; TraceError (``_diverged``) if not."""
+    value = float(value)
+    if not math.isfinite(value):
+        _diverged(what, lr)
+    return value
+
+
+def _storable(grad: np.ndarray, store, what: str, lr: float) -> np.ndarray:
+    """``grad`` as ``store`` (float32 or float16); TraceError if it holds a value that
+    is not a finite number, or becomes one as float16 (past 65504)."""
+    if not np.isfinite(grad).all():
+        _diverged(what, lr)
+    stored = grad.astype(store)
+    if not np.isfinite(stored).all():
+        raise TraceError(f"{what} holds values past float16's range (65504): record with "
+                         "--dtype float32 (or a smaller --lr); nothing written")
+    return stored
+
+
+def _diverged(what: str, lr: float):
+    """TraceError: the training diverged at ``what``; nothing of the set is written."""
+    raise TraceError(f"the training diverged: {what} is not a finite number (learning rate "
+                     f"{lr:g}): record with a smaller --lr; nothing written")
+
+
 def record(name: str, out_dir=None, model: str = "mlp", workers: int = 8,
            iterations: int = 12, seed: int = 0, *, batch_size: int = TRAINING.batch_size,
            learning_rate: float = TRAINING.lr, hidden=tuple(TRAINING.hidden),
@@ -125,22 +190,7 @@ def record(name: str, out_dir=None, model: str = "mlp", workers: int = 8,
                           test_fraction=test_fraction)
     net = job.net
     initial_accuracy = job.test()[1]
-    store = np.float16 if dtype == "float16" else np.float32
-    gradients = [[] for _ in range(workers)]
-    losses, train_losses = [], []
-    for i in range(iterations):
-        train_losses.append(job.train_loss())
-        batch_losses, total = [], np.zeros(net.elements, dtype=np.float32)
-        for k in range(workers):
-            loss, grad = job.gradient(k)
-            gradients[k].append(grad.astype(store))
-            batch_losses.append(loss)
-            total += grad
-        losses.append(float(np.mean(batch_losses)))
-        job.step(total)
-        if log:
-            log(f"iteration {i}: minibatch loss {losses[-1]:.4f}, "
-                f"training loss {train_losses[-1]:.4f}")
+    gradients, losses, train_losses, final_train_loss = train(job, iterations, dtype, log)
     created_by = {"recorder": RECORDER, "version": RECORDER_VERSION, "numpy": np.__version__}
     try:
         import sklearn
@@ -161,7 +211,7 @@ def record(name: str, out_dir=None, model: str = "mlp", workers: int = 8,
         batch_size=batch_size, learning_rate=learning_rate, optimizer="sgd",
         loss=[round(v, 6) for v in losses],
         train_loss=[round(v, 6) for v in train_losses],
-        final_train_loss=round(job.train_loss(), 6),
+        final_train_loss=round(final_train_loss, 6),
         test_accuracy={"initial": round(initial_accuracy, 4),
                        "final": round(job.test()[1], 4)},
         created_by=created_by,

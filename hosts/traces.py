@@ -37,11 +37,13 @@ new sets from real training runs (``models.py``). Command line:
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
 import shutil
+import stat
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -109,8 +111,10 @@ class TraceSet:
     def open(cls, path) -> "TraceSet":
         """Open the trace set in directory ``path``; TraceError says what is wrong."""
         path = Path(path)
-        if not path.is_dir():
-            raise TraceError(f"trace set {path}: no such directory")
+        problem = path_problem(path, directory=True)
+        if problem:
+            raise TraceError(f"trace set {path}: "
+                             + ("no such directory" if problem == MISSING else problem))
         manifest = read_manifest(path)
         trace = cls(path, manifest)
         for k in range(trace.workers):
@@ -210,9 +214,12 @@ class TraceSet:
     def _check_worker_file(self, k: int) -> None:
         """Check a worker file's arrays by their .npy headers, without loading them."""
         file = self.path / worker_file(k)
-        if not file.is_file():
+        problem = path_problem(file)
+        if problem == MISSING:
             raise TraceError(f"trace set {self.path}: missing {worker_file(k)} "
                              f"(the manifest names {self.workers} workers)")
+        if problem:
+            raise TraceError(f"{file}: {problem}")
         try:
             with zipfile.ZipFile(file) as archive:
                 members = set(archive.namelist())
@@ -229,9 +236,10 @@ class TraceSet:
                     if archive.getinfo(member).file_size < self.elements * dtype.itemsize:
                         raise TraceError(f"{file}: {iteration_key(i)} holds fewer bytes "
                                          f"than its {self.elements} elements")
+        except OSError as exc:  # the file itself, not its format
+            raise TraceError(f"{file}: cannot be read: {_why(exc)}") from None
         # encrypted members (RuntimeError), a compression zipfile lacks (NotImplementedError)
-        except (zipfile.BadZipFile, OSError, ValueError, RuntimeError,
-                NotImplementedError) as exc:
+        except (zipfile.BadZipFile, ValueError, RuntimeError, NotImplementedError) as exc:
             raise TraceError(f"{file}: not a readable .npz file: {exc}") from exc
 
 
@@ -247,20 +255,63 @@ def _npy_header(stream):
     return shape, dtype
 
 
+#: what ``path_problem`` says of a path where there is nothing
+MISSING = "missing"
+
+
+def path_problem(path: Path, directory: bool = False) -> str | None:
+    """Why this user cannot read ``path`` as a regular file (a link to one is one) or,
+    with ``directory``, enter it as a directory, in a few words: ``MISSING``, "not
+    readable: permission denied", "not a regular file (a directory)", ...; None if they
+    can. A device or a pipe is no regular file: a read of one may never end."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL in it
+        return "a symbolic link to nothing" if os.path.islink(path) else MISSING
+    except OSError as exc:  # a directory on the way this user cannot enter, a link loop
+        return MISSING if exc.errno == errno.ENAMETOOLONG else f"not readable: {_why(exc)}"
+    if directory:
+        if not stat.S_ISDIR(mode):
+            return "not a directory"
+        return None if os.access(path, os.X_OK) else "not readable: permission denied"
+    if not stat.S_ISREG(mode):
+        return f"not a regular file ({_kind(mode)})"
+    return None if os.access(path, os.R_OK) else "not readable: permission denied"
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, by its mode."""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISFIFO, "a pipe"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
+def _why(exc: OSError) -> str:
+    """An OSError's reason in words ("permission denied"), without its number and path."""
+    return exc.strerror.lower() if exc.strerror else str(exc)
+
+
 def read_manifest(path) -> dict:
     """The checked manifest of the trace set in directory ``path``."""
     file = Path(path) / MANIFEST
-    if not file.exists():
+    problem = path_problem(file)  # a pipe would be read forever
+    if problem == MISSING:
         raise TraceError(f"trace set {path}: missing {MANIFEST}")
-    if not file.is_file():  # a pipe would be read forever
-        raise TraceError(f"{file}: not a regular file")
+    if problem:
+        raise TraceError(f"{file}: {problem}")
     try:
         with open(file, "rb") as f:
             data = f.read(MAX_MANIFEST + 1)
+    except OSError as exc:
+        raise TraceError(f"{file}: cannot be read: {_why(exc)}") from None
+    try:
         if len(data) > MAX_MANIFEST:
             raise ValueError(f"larger than {MAX_MANIFEST >> 20} MB")
         manifest = json.loads(data.decode("utf-8"))
-    except (OSError, ValueError) as exc:  # not UTF-8, not JSON, an integer past 4300 digits
+    except ValueError as exc:  # not UTF-8, not JSON, an integer past 4300 digits
         raise TraceError(f"{file}: not valid JSON: {str(exc).splitlines()[0]}") from exc
     except RecursionError:
         raise TraceError(f"{file}: not a manifest (nested too deep)") from None
@@ -358,6 +409,7 @@ def write_trace(path, gradients, *, name: str | None = None, model: str, dataset
         "dtype": dtype,
         **info,
     }
+    text = _manifest_text(manifest)  # before anything is written
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
@@ -376,7 +428,7 @@ def write_trace(path, gradients, *, name: str | None = None, model: str, dataset
                                      f"the layers hold {elements}")
                 arrays[iteration_key(i)] = grad
             np.savez_compressed(staging / worker_file(k), **arrays)
-        (staging / MANIFEST).write_text(_manifest_text(manifest), encoding="utf-8")
+        (staging / MANIFEST).write_text(text, encoding="utf-8")
         if path.exists():
             shutil.rmtree(path)
         os.replace(staging, path)
@@ -391,15 +443,25 @@ def write_trace(path, gradients, *, name: str | None = None, model: str, dataset
 
 
 def _manifest_text(manifest: dict) -> str:
-    """JSON with one top-level key per line, and one line per entry of a list of objects."""
+    """JSON with one top-level key per line, and one line per entry of a list of objects;
+    TraceError for a value that is not a finite number (NaN, infinity: no JSON has them)."""
     lines = []
     for key, value in manifest.items():
-        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            items = ",\n".join(f"  {json.dumps(v)}" for v in value)
-            lines.append(f" {json.dumps(key)}: [\n{items}\n ]")
-        else:
-            lines.append(f" {json.dumps(key)}: {json.dumps(value)}")
+        try:
+            if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+                items = ",\n".join(f"  {_json(v)}" for v in value)
+                lines.append(f" {_json(key)}: [\n{items}\n ]")
+            else:
+                lines.append(f" {_json(key)}: {_json(value)}")
+        except ValueError:
+            raise TraceError(f"the manifest's {key!r} holds a number that is not finite "
+                             "(NaN or infinity): a trace set is not written with it") from None
     return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def _json(value) -> str:
+    """``value`` as JSON, strictly: ValueError for NaN or infinity."""
+    return json.dumps(value, allow_nan=False)
 
 
 # -- finding ------------------------------------------------------------------------------
@@ -458,9 +520,11 @@ def list_traces(dirs=None) -> list[TraceEntry]:
 
 
 def _has_manifest(child: Path) -> bool:
-    try:  # a manifest that is not a file is listed with its problem
+    """Whether ``child`` holds a manifest (a manifest that is not a file is listed with
+    its problem)."""
+    try:
         return (child / MANIFEST).exists()
-    except OSError:  # a directory this user cannot enter
+    except OSError:  # a directory this user cannot enter, a name too long (ENAMETOOLONG)
         return False
 
 
@@ -478,18 +542,30 @@ def _entry(child: Path) -> TraceEntry:
                       m["workers"], m["iterations"], m["elements"])
 
 
+def _unreadable_set(candidate: Path) -> str | None:
+    """Why this user cannot read directory ``candidate`` (e.g. "not readable:
+    permission denied"); None if they can, or if it is no directory."""
+    problem = path_problem(candidate, directory=True)
+    return None if problem in (None, MISSING, "not a directory",
+                               "a symbolic link to nothing") else problem
+
+
 def find_trace(name, dirs=None) -> Path:
     """The directory of trace set ``name``: a path to one, or a name on the search path."""
     as_path = Path(name).expanduser()
-    try:
-        if as_path.is_dir() and (as_path / MANIFEST).exists():
-            return as_path
-        if os.sep not in str(name) and not as_path.is_absolute():
-            for directory in trace_search_path(dirs):
-                if (directory / str(name) / MANIFEST).exists():
-                    return directory / str(name)
-    except OSError:  # a name too long to be a path (ENAMETOOLONG)
-        pass
+    candidates = [as_path]
+    if os.sep not in str(name) and not as_path.is_absolute():
+        candidates += [directory / str(name) for directory in trace_search_path(dirs)]
+    unreadable = []
+    for candidate in candidates:
+        problem = _unreadable_set(candidate)
+        if problem:
+            unreadable.append(f"trace set {candidate}: {problem} (make it readable for "
+                              "this user, or name another set)")
+        elif _has_manifest(candidate):
+            return candidate
+    if unreadable:  # not "no trace set": one is there, this user cannot read it
+        raise TraceError(unreadable[0])
     from .recorder import RECIPES  # (it reads trace sets through this module)
     found = [entry.name for entry in list_traces(dirs)]
     known = ", ".join(found) or "none"

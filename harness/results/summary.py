@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import platform
 import time
 from pathlib import Path
@@ -378,13 +379,30 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
     summary["validity"]["warnings"] += loss_warnings(summary["link_loss"],
                                                      summary["link_bytes"])
     summary["validity"]["warnings"] += sampling_warnings(summary["slot_sampling"])
-    (writer.dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_summary(writer.dir / "summary.json", summary)
     try:
         plot(writer.dir, rows, slot_samples, meta)
     except Exception as exc:  # plots are a convenience; the numbers are in the files
         summary["errors"].append(f"plotting failed: {exc}")
-        (writer.dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        write_summary(writer.dir / "summary.json", summary)
     return summary
+
+
+def finite_json(value):
+    """``value`` with every number that is not finite (NaN, infinity) as None, n/a:
+    JSON has no such numbers, and a file holding them is no JSON to other readers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def write_summary(path: Path, summary: dict):
+    """``summary`` as ``path``'s JSON: valid JSON, each non-finite number as null."""
+    path.write_text(json.dumps(finite_json(summary), indent=1, allow_nan=False))
 
 
 class SummaryError(ValueError):
@@ -430,5 +448,28 @@ def _describe(s: dict) -> str:
             f"{' (' + link + ')' if link else ''}")
 
 
+def started(directory: Path) -> float:
+    """When a result set's run started (seconds since the epoch): its summary's
+    ``events.invoked``, else (no summary yet, or none that says) the folder's last
+    change; 0 if neither can be read."""
+    try:
+        invoked = (load_summary(directory).get("events") or {}).get("invoked")
+    except (SummaryError, AttributeError):
+        invoked = None
+    if isinstance(invoked, (int, float)) and not isinstance(invoked, bool):
+        try:
+            if math.isfinite(invoked):
+                return float(invoked)
+        except OverflowError:  # an integer past float's range
+            pass
+    try:
+        return Path(directory).stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def list_runs(results_dir: Path) -> list[Path]:
-    return sorted(p for p in Path(results_dir).glob("*") if (p / "config.yaml").exists())
+    """The result sets in ``results_dir`` (folders with a config.yaml), oldest first:
+    by when their runs started (``started``), then by name."""
+    runs = [p for p in Path(results_dir).glob("*") if (p / "config.yaml").exists()]
+    return sorted(runs, key=lambda p: (started(p), p.name))

@@ -5,6 +5,7 @@ every job metric with a ``table`` column, in registration order)."""
 
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 from pathlib import Path
@@ -16,11 +17,14 @@ from .metrics import table_metrics
 #: control characters (C0 but tab and newline, DEL, C1): a summary.json written by
 #: another tool, or by hand, could move the cursor or retitle the terminal with them
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: Unicode's bidirectional controls (marks, embeddings, overrides, isolates): they
+#: reorder what the terminal shows after them, so a run id could read as another
+BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character shown as ``?``."""
-    return CONTROL.sub("?", text)
+    """``text`` with every control character and bidirectional control shown as ``?``."""
+    return BIDI.sub("?", CONTROL.sub("?", text))
 
 
 def echo(text: str = "", **kwargs):
@@ -38,32 +42,97 @@ def job_head() -> str:
                                      for m in table_metrics()])
 
 
-def job_line(j: dict) -> str:
-    cells = [f"{j['job_id']:>3} {j['bits']:>3} {j['lane_width']:>3} {j['lanes']:>3}"]
-    cells += [m.table.cell(j.get(m.name)) for m in table_metrics()]
+#: why a number of the tables is shown as it is although it is wrong: its only fault
+NEGATIVE = "below 0"
+
+
+def value_problem(value, fmt: str = "") -> str | None:
+    """Why ``value`` is no number a table's column formatted by ``fmt`` can show (every
+    number of the job table counts or times something: at least 0, and whole for
+    ``d``); None if it is one, or is None (n/a)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "not a number"
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range: JSON has them
+        return "too large a number"
+    if not math.isfinite(number):
+        return "not a finite number"
+    if fmt.endswith("d") and not number.is_integer():
+        return "not a whole number"
+    return NEGATIVE if number < 0 else None
+
+
+class Cells:
+    """Formats a summary's numbers for the tables, and keeps each of the wrong type
+    (shown as n/a) or below 0 (shown as it is) with its field, for one warning."""
+
+    def __init__(self):
+        self.odd: list[str] = []
+
+    def __call__(self, value, field: str, fmt: str = "", width: int = 0,
+                 scale: float = 1.0) -> str:
+        why = value_problem(value, fmt)
+        if why:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            self.odd.append(f"{field} = {shown} ({why})")
+        if value is None or why not in (None, NEGATIVE):
+            return f"{'n/a':>{width}}"
+        value = value * scale if scale != 1 else value
+        return f"{round(value) if fmt.endswith('d') else value:>{width}{fmt}}"
+
+    def warning(self, path: Path) -> str | None:
+        """The warning line naming every odd value, or None if there was none."""
+        if not self.odd:
+            return None
+        more = f"; and {len(self.odd) - 6} more" if len(self.odd) > 6 else ""
+        return (f"warning: {path} holds values of the wrong type or range (shown as n/a, "
+                f"one below 0 as it is): {'; '.join(self.odd[:6])}{more}")
+
+
+def job_line(j: dict, cell: Cells | None = None, where: str = "job") -> str:
+    """A job's row of the job table (``where``: how its fields are named in warnings)."""
+    cell = cell or Cells()
+    cells = [cell(j.get(k), f"{where}.{k}", "d", 3)
+             for k in ("job_id", "bits", "lane_width", "lanes")]
+    cells += [cell(j.get(m.name), f"{where}.{m.name}", m.table.fmt, m.table.width,
+                   m.table.scale) for m in table_metrics()]
     return " ".join(cells)
 
 
+def print_job(j: dict, cell: Cells, where: str):
+    """A job's row, with what it learned (``--train``) and how a shared pool served it."""
+    def num(key, fmt, width=0, of=j, at=where):
+        return cell(of.get(key), f"{at}.{key}", fmt, width)
+    if not j.get("iterations_done"):
+        echo(f"{num('job_id', 'd', 3)} {num('bits', 'd', 3)}  no iteration completed")
+        return
+    echo(job_line(j, cell, where))
+    if j.get("final_test_accuracy") is not None:
+        reached = (f", {num('target_accuracy', '.2f')} after {num('time_to_target_s', '.1f')} "
+                   f"s ({num('iterations_to_target', 'd')} iterations)"
+                   if j.get("time_to_target_s") is not None else
+                   f", {num('target_accuracy', '.2f')} not reached")
+        echo(f"    test accuracy {num('final_test_accuracy', '.3f')}{reached}")
+    fb = j.get("fallback")
+    if isinstance(fb, dict) and fb and j.get("switch_share") is not None:
+        at = f"{where}.fallback"
+        echo(f"    shared pool: the switch summed {num('switch_share', '.0%')} of the "
+             f"chunks, the fallback host {num('chunks_hosts', 'd', of=fb, at=at)} chunks "
+             f"from {num('singles', 'd', of=fb, at=at)} singles")
+
+
 def print_summary(summary: dict, directory: Path):
+    """A result set's job table, verdicts, warnings and errors; a value of the wrong
+    type in its jobs is shown as n/a, with one warning naming it."""
+    cell = Cells()
     echo(f"\n{summary['run_id']}: {summary['status']} ({summary['topology']}, "
-               f"{summary['target']}, {summary.get('mode', 'ina')})")
+         f"{summary['target']}, {summary.get('mode', 'ina')})")
     echo(job_head())
-    for j in summary["jobs"]:
-        if not j.get("iterations_done"):
-            echo(f"{j['job_id']:>3} {j['bits']:>3}  no iteration completed")
-            continue
-        echo(job_line(j))
-        if j.get("final_test_accuracy") is not None:
-            reached = (f", {j['target_accuracy']:.2f} after {j['time_to_target_s']:.1f} s "
-                       f"({j['iterations_to_target']} iterations)"
-                       if j.get("time_to_target_s") is not None else
-                       f", {j['target_accuracy']:.2f} not reached")
-            echo(f"    test accuracy {j['final_test_accuracy']:.3f}{reached}")
-        fb = j.get("fallback")
-        if fb and j.get("switch_share") is not None:
-            echo(f"    shared pool: the switch summed {j['switch_share']:.0%} of the "
-                       f"chunks, the fallback host {fb['chunks_hosts']} chunks from "
-                       f"{fb['singles']} singles")
+    for i, j in enumerate(summary["jobs"]):
+        print_job(j, cell, f"jobs[{i}]")
     if summary.get("startup_to_first_send_s") is not None:
         echo(startup_line(summary))
     print_fidelity(summary)
@@ -74,6 +143,9 @@ def print_summary(summary: dict, directory: Path):
         echo(f"warning: {warning}", err=True)
     for err in summary.get("errors", []):
         echo(f"error: {err}", err=True)
+    odd = cell.warning(Path(directory) / "summary.json")
+    if odd:
+        echo(odd, err=True)
     echo(f"results: {directory}")
 
 

@@ -21,20 +21,26 @@ Each mark is the mean over a point's finished repeats; error bars span their ran
 repeat that was not network-bound (its ``fidelity`` verdict; for sweeps made before
 the verdict, a saturated CPU: ``cpu_saturated``) is drawn hollow, and the figure's
 footnote says so. The numbers behind every mark go to ``figures/<name>.csv`` and are
-printed.
+printed. A finished run whose value is not a finite number (text, nan, inf) is left
+out of its panel with a warning naming it; a figure left without a mark is an error,
+and nothing is written.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 import textwrap
 import warnings
 from pathlib import Path
 
+import click
 import numpy as np
 
 from ..results.metrics import over_repeats
+from ..results.resultset import read_text
+from ..results.tables import printable
 from .sweep import Spec, SweepError, plot_columns
 from .sweeprun import CSV_FILE, SPEC_FILE
 
@@ -79,11 +85,15 @@ def load(sweep_dir: Path) -> tuple[Spec, list[dict]]:
         raise SweepError(f"{sweep_dir} is not a sweep directory (no {SPEC_FILE} and "
                          f"{CSV_FILE}): give the --out of a `qaina-bench sweep`")
     spec = Spec.load(sweep_dir / SPEC_FILE)
-    try:
-        with open(sweep_dir / CSV_FILE, newline="") as f:
-            reader = csv.DictReader(f)
-            rows = [_whole_row(r, reader.line_num, sweep_dir / CSV_FILE) for r in reader]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+    try:  # a device or a pipe as sweep.csv would be read forever
+        reader = csv.DictReader(io.StringIO(read_text(sweep_dir / CSV_FILE), newline=""))
+        rows = [_whole_row(r, reader.line_num, sweep_dir / CSV_FILE) for r in reader]
+    except SweepError:
+        raise
+    except OSError as exc:
+        raise SweepError(f"{sweep_dir / CSV_FILE} is unreadable: {exc.strerror or exc}"
+                         ) from None
+    except (ValueError, csv.Error) as exc:  # not UTF-8 (a ValueError), not a file
         raise SweepError(f"{sweep_dir / CSV_FILE} is unreadable: {exc}") from None
     if rows and not {"status", "point"} <= set(rows[0]):
         raise SweepError(f"{sweep_dir / CSV_FILE} is not a sweep table (no status column)")
@@ -122,9 +132,12 @@ def not_network_bound(row: dict) -> bool:
     return _number(row.get("cpu_saturated")) == 1.0
 
 
-def marks(p: dict, rows: list[dict], y: str, facet_value=None) -> list[dict]:
+def marks(p: dict, rows: list[dict], y: str, facet_value=None,
+          dropped: list | None = None) -> list[dict]:
     """One mark per (series, x): mean, min, max, repeats, and how many repeats were
-    not network-bound (``hollow``), over finished runs."""
+    not network-bound (``hollow``), over finished runs whose ``y`` is a finite number;
+    a mark whose repeats are too large to average is left out (and named in
+    ``dropped``)."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("status") != "complete" or not isinstance(_number(r.get(y)), float):
@@ -138,7 +151,11 @@ def marks(p: dict, rows: list[dict], y: str, facet_value=None) -> list[dict]:
         with np.errstate(all="ignore"):
             stats = over_repeats([_number(r[y]) for r in rs])
         if not all(math.isfinite(stats[k]) for k in ("mean", "min", "max")):
-            continue  # values too big to average
+            if dropped is not None:
+                dropped.append(f"{y}: the mark at {p['x']}={x}"
+                               f"{' of ' + ' '.join(series) if series else ''} is left out: "
+                               "its repeats are too large to average")
+            continue
         out.append({"series": " ".join(series) or y, "x": x, "y": y, **stats,
                     "hollow": 0 if y in UNTIMED else sum(map(not_network_bound, rs))})
     xs = ordered(r[p["x"]] for r in rows)
@@ -153,12 +170,12 @@ def served(p: dict, rows: list[dict], facet_value=None) -> list[dict]:
     for r in rows:
         if p.get("facet") and r[p["facet"]] != facet_value:
             continue
+        jobs = _number(r.get("jobs"))
+        if not isinstance(jobs, float):  # left out (``left_out`` names it)
+            continue
         name = " ".join(r[s] for s in p["series"])
         m = out.setdefault(name, {"series": name, "served": 0, "refused_at": None,
                                   "pool_holds": None})
-        jobs = _number(r.get("jobs"))
-        if not isinstance(jobs, float):
-            continue
         jobs = int(jobs)
         slots, pool = _number(r.get("slots")), _number(r.get("pool_slots"))
         if isinstance(slots, float) and isinstance(pool, float) and slots >= 1:
@@ -171,33 +188,86 @@ def served(p: dict, rows: list[dict], facet_value=None) -> list[dict]:
     return sorted(out.values(), key=lambda m: names.index(m["series"]))
 
 
-def plot_sweep(sweep_dir: Path, echo=print) -> list[Path]:
-    """Draw the spec's figure; returns the files written."""
+def plot_sweep(sweep_dir: Path, echo=print, warn=None) -> list[Path]:
+    """Draw the spec's figure; returns the files written. The finished runs a panel
+    leaves out (their value is no finite number) are named by ``warn`` (default: a
+    line on stderr); a figure with nothing left to draw is a SweepError, and then no
+    file is written."""
+    warn = warn or (lambda line: click.echo(line, err=True))
     sweep_dir = Path(sweep_dir)
     spec, rows = load(sweep_dir)
     p = check_plot(spec, rows)
     if not any(r["status"] == "complete" for r in rows):
         raise SweepError(f"{sweep_dir}: no run has finished yet (run the sweep first)")
+    left = left_out(p, rows)
     out_dir = sweep_dir / "figures"
     png, data = out_dir / f"{spec.name}.png", out_dir / f"{spec.name}.csv"
+    dropped: list[str] = []
+    made = not out_dir.exists()
     try:
         out_dir.mkdir(exist_ok=True)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")  # matplotlib on odd values: the table has them
-            table = _draw(spec, p, rows, png)
+            table = _draw(spec, p, rows, png, left, dropped)
         _write_table(data, table)
     except OSError as exc:
         raise SweepError(f"cannot write {out_dir}: {exc.strerror or exc}") from None
     except SweepError:
+        if made and not any(out_dir.iterdir()):
+            out_dir.rmdir()  # nothing drawn: no empty folder left either
         raise
     except (ValueError, OverflowError) as exc:  # values matplotlib cannot place
         raise SweepError(f"plot: cannot draw {png.name} from these values: {exc}") from None
-    _print_table(table, echo)
+    for line in left + dropped + empty_panels(p, table):
+        warn(printable(f"warning: {line}"))
+    _print_table(table, lambda line: echo(printable(line)))  # sweep.csv's text, as is
     return [png, data]
 
 
-def _draw(spec: Spec, p: dict, rows: list[dict], png: Path) -> list[dict]:
-    """Draw the figure into ``png``; returns the numbers behind its marks."""
+def _panel_column(panel: dict) -> str:
+    """The sweep.csv column a panel draws: its ``y``, or ``jobs`` for jobs served."""
+    return "jobs" if panel.get("served") else panel["y"]
+
+
+def left_out(p: dict, rows: list[dict]) -> list[str]:
+    """Per column a panel draws, the finished runs it leaves out because their value is
+    not a finite number (text, nan, inf, 1e400): how many and which. An empty cell is
+    a metric that does not apply (n/a): not a run left out."""
+    out = []
+    for y in dict.fromkeys(_panel_column(panel) for panel in p["panels"]):
+        finished = ("complete", "refused") if y == "jobs" else ("complete",)
+        bad = [r for r in rows if r.get("status") in finished
+               and r.get(y) not in (None, "") and not isinstance(_number(r[y]), float)]
+        if bad:
+            runs = ", ".join(f"{r.get('run_id') or '?'} ({r[y][:20]!r})" for r in bad[:6])
+            more = f" and {len(bad) - 6} more" if len(bad) > 6 else ""
+            out.append(f"{y}: {len(bad)} run(s) left out, their value is not a finite "
+                       f"number: {runs}{more}")
+    return out
+
+
+def empty_panels(p: dict, table: list[dict]) -> list[str]:
+    """A line per panel of the figure that has no mark in any of its facets."""
+    drawn = {m["y"] for m in table}
+    return [f"panel {k + 1} ({_panel_column(panel)}) is empty: no finished run has a "
+            "finite value of it" for k, panel in enumerate(p["panels"])
+            if ("jobs_served" if panel.get("served") else panel["y"]) not in drawn]
+
+
+def nothing_to_draw(p: dict, left: list[str]) -> SweepError:
+    """The error of a figure without a mark: what was left out, and how to redo it."""
+    columns = ", ".join(dict.fromkeys(_panel_column(panel) for panel in p["panels"]))
+    why = ("; ".join(left) if left else f"no finished run has a value of {columns} (its "
+           "cells are empty: the metric does not apply to these runs)")
+    return SweepError(printable(f"plot: nothing to draw, no figure written: {why} (running "
+                                "the same `qaina-bench sweep` again rewrites sweep.csv "
+                                "from the runs' summaries)"))  # sweep.csv's text, as is
+
+
+def _draw(spec: Spec, p: dict, rows: list[dict], png: Path, left: list[str],
+          dropped: list[str]) -> list[dict]:
+    """Draw the figure into ``png``; returns the numbers behind its marks (``dropped``
+    gets the marks left out). SweepError, and no file, if it would have none."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -213,12 +283,14 @@ def _draw(spec: Spec, p: dict, rows: list[dict], png: Path) -> list[dict]:
             for j, panel in enumerate(panels):
                 ax = axes[i][j]
                 made = (_served_panel(ax, p, rows, facet, panel) if panel.get("served")
-                        else _panel(ax, p, rows, facet, panel))
+                        else _panel(ax, p, rows, facet, panel, dropped))
                 for m in made:
                     m["facet"] = "" if facet is None else f"{p['facet']}={facet}"
                 table += made
                 if facet is not None:
                     ax.set_title(f"{p['facet']} = {facet}", fontsize=9)
+        if not table:
+            raise nothing_to_draw(p, left)
         fig.suptitle("\n".join(textwrap.wrap(p.get("title") or spec.name, int(width * 11))),
                      fontsize=11)
         fig.text(0.01, 0.005, "\n".join(textwrap.wrap(_note(table), int(width * 17))),
@@ -247,11 +319,12 @@ LINES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
-def _panel(ax, p, rows, facet, panel) -> list[dict]:
+def _panel(ax, p, rows, facet, panel, dropped: list | None = None) -> list[dict]:
+    """Draw one panel's marks (``dropped`` gets those left out); returns them."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     y, scale = panel["y"], float(panel.get("scale", 1.0))
-    ms = [m for m in marks(p, rows, y, facet)  # none that overflows once scaled
-          if all(math.isfinite(m[k] * scale) for k in ("mean", "min", "max"))]
+    ms = marks(p, rows, y, facet, dropped)
+    ms = [m for m in ms if _scalable(m, scale, dropped)]  # none that overflows once scaled
     kind = p.get("kind", "line")
     names = list(dict.fromkeys(m["series"] for m in ms))
     xs = ordered(m["x"] for m in ms)
@@ -312,6 +385,16 @@ def _panel(ax, p, rows, facet, panel) -> list[dict]:
     if names and names != [y]:
         ax.legend(fontsize=7)
     return ms
+
+
+def _scalable(m: dict, scale: float, dropped: list | None) -> bool:
+    """Whether mark ``m`` stays finite once scaled; if not, ``dropped`` says so."""
+    if all(math.isfinite(m[k] * scale) for k in ("mean", "min", "max")):
+        return True
+    if dropped is not None:
+        dropped.append(f"{m['y']}: the mark at {m['x']} of {m['series']} is left out: "
+                       f"past the largest number once scaled by {scale:g}")
+    return False
 
 
 def _check_line_x(p: dict, xs: list):
