@@ -217,7 +217,8 @@ class Output(Section):
     run_id: str | None = option(None, "name of the result set (default: time and setup)")
     sample_interval: float = option(0.01, "seconds between readings of the aggregators' "
                                     "slot counters")
-    timeout: float = option(300.0, "seconds before the run is stopped")
+    timeout: float = option(300.0, "seconds the agents may take to start, and then the jobs, "
+                                    "before the run is stopped")
     record_levels: bool = option(False, "agents keep their levels and the received sums "
                                  "(for checks)")
     switch_log: bool = option(False, "BMv2 logs every packet to logs/<switch>.bmv2.txt "
@@ -380,8 +381,11 @@ def typed(section: type, name: str, value, where: str):
         value = [value]
     if not _OK[kind](value):
         hint = ""
-        if kind in (int, float) and isinstance(value, str) and _number(value) is not None:
+        number = _number(value) if isinstance(value, str) else None
+        if kind is float and number is not None:
             hint = (f" (YAML reads {value} as text: without a dot, or quoted; write "
-                    f"{_number(value)!r})")
+                    f"{number!r})")
+        elif kind is int and number is not None and number.is_integer():
+            hint = f" (text, not a number: write {int(number)}, unquoted ASCII digits)"
         raise ConfigError(f"{where}: {name} is {value!r}, which is not {_WHAT[kind]}{hint}")
     return float(value) if kind is float else value

@@ -124,12 +124,16 @@ class RunConfig(Settings):
                               f"{MIN_SAMPLE_INTERVAL:g} s (each read is a P4Runtime call)")
         if not str(out.results_dir).strip():
             raise ConfigError("--results-dir is empty: name a directory")
-        if out.pcap_size < 1:
-            raise ConfigError(f"--pcap-size {out.pcap_size}: megabytes per interface, at least 1")
+        if not 1 <= out.pcap_size <= MAX_PCAP_MB:
+            raise ConfigError(f"--pcap-size {out.pcap_size}: megabytes per interface, from 1 "
+                              f"to {MAX_PCAP_MB:,} (dumpcap's limit)")
         if self.training.train_script:
             from .trainscript import check_train_script
             check_train_script(self)
             return None  # the script's gradients: no trace set
+        if self.training.train_args:
+            raise ConfigError(f"--train-args {self.training.train_args!r}: arguments of a "
+                              "--train-script, and none is given")
         if self.training.train:
             self.check_training()
             return None
@@ -146,8 +150,9 @@ class RunConfig(Settings):
         if not 1 <= net.pool_slots <= POOL_SLOTS:
             raise ConfigError(f"--pool-slots {net.pool_slots}: the switch's pool has 1.."
                               f"{POOL_SLOTS} slots")
-        if net.loss is not None and not 0 <= net.loss < 100:
-            raise ConfigError(f"--loss {net.loss}: a percentage in [0, 100)")
+        if net.loss is not None and not (net.loss == 0 or 0.01 <= net.loss <= 99.99):
+            raise ConfigError(f"--loss {net.loss}: a percentage, 0 or from 0.01 to 99.99 "
+                              "(nftables' loss rules lose in steps of 0.01%)")
         if net.bw is not None and not MIN_BW <= net.bw <= MAX_BW:
             raise ConfigError(f"--bw {net.bw}: link bandwidth in Mbit/s, from {MIN_BW} to "
                               f"{MAX_BW} (what Mininet's links shape; leave --bw out for "
@@ -222,6 +227,10 @@ class RunConfig(Settings):
             if not Path(folder).is_dir():
                 raise ConfigError(f"--trace-dir {folder}: no such directory (trace sets are "
                                   "searched there first)")
+        # config.yaml records them as absolute paths: `run` works from any directory
+        tr.trace_dirs = [os.path.abspath(folder) for folder in tr.trace_dirs or ()]
+        if isinstance(tr.trace, str) and os.sep in tr.trace and Path(tr.trace).is_dir():
+            tr.trace = os.path.abspath(tr.trace)
         key = (tr.trace, tuple(tr.trace_dirs or ()))
         opened = {} if opened is None else opened
         if key not in opened:
@@ -323,6 +332,9 @@ class RunConfig(Settings):
             raise ConfigError(f"--target-accuracy {t.target_accuracy}: a share in (0, 1]")
 
 
+#: the largest --pcap-size, MB: dumpcap stops a file at up to 2^32 - 1 kB
+MAX_PCAP_MB = 4_000_000
+
 #: the most code steps ``--headroom`` adds: a scale code is one signed byte
 MAX_HEADROOM = 255
 
@@ -330,13 +342,32 @@ MAX_HEADROOM = 255
 #: takes a few seconds for 1 MB, the pure-Python parser many times that)
 MAX_YAML = 1 << 20
 
-#: PyYAML's libyaml parser where PyYAML was built with it, else its pure-Python one
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """PyYAML's safe loader (libyaml's parser where PyYAML was built with it) that
+    refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                again = key in seen
+            except TypeError:  # unhashable: the base class says so
+                continue
+            if again:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"{key!r} is given twice: keep one", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def parse_yaml(text: str):
-    """``text`` as YAML, plain data only (no tags that build Python objects)."""
-    return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+    """``text`` as YAML, plain data only (no tags that build Python objects), no key
+    given twice in a mapping."""
+    return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a safe loader
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:

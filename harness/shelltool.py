@@ -38,7 +38,13 @@ def shell_python() -> Path:
     """The tool venv's python, if p4runtime-shell is installed there."""
     venv = shell_venv()
     python = venv / "bin" / "python"
-    if not python.exists() or not list(venv.glob("lib/python*/site-packages/p4runtime_sh")):
+    try:
+        there = python.exists() and bool(list(venv.glob("lib/python*/site-packages/"
+                                                        "p4runtime_sh")))
+    except OSError as exc:  # a venv this user may not look into (root's, say)
+        raise ShellError(f"p4runtime-shell's venv {venv} cannot be read: {exc.strerror}") \
+            from None
+    if not there:
         raise ShellError(f"p4runtime-shell is not installed in {venv}: run `make shell-tool` "
                          "in the project folder")
     return python

@@ -32,7 +32,8 @@ def check_train_script(cfg) -> None:
     tr = cfg.training
     script = Path(tr.train_script)
     if not script.is_file():
-        raise ConfigError(f"--train-script {tr.train_script}: no such file")
+        what = "a directory, not a Python file" if script.is_dir() else "no such file"
+        raise ConfigError(f"--train-script {tr.train_script}: {what}")
     if tr.train:
         raise ConfigError("--train-script and --train both say where gradients come from: "
                           "choose one")

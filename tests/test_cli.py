@@ -39,6 +39,12 @@ def run_cli(*args):
     (["up", "--mode", "ina", "--quantizer", "none"], "--quantizer none sums float32"),
     (["up", "--mode", "ring", "--quantizer", "none", "--bits", "4"], "and --bits 32"),
     (["up", "--loss", "120"], "--loss 120.0: a percentage"),
+    (["up", "--train-args", "--epochs 2"], "arguments of a --train-script, and none is given"),
+    (["up", "--train-script", "/tmp"], "--train-script /tmp: a directory, not a Python file"),
+    (["up", "--loss", "99.999"], "--loss 99.999: a percentage, 0 or from 0.01 to 99.99"),
+    (["up", "--loss", "0.004"], "--loss 0.004: a percentage, 0 or from 0.01 to 99.99"),
+    (["up", "--pcap", "h1", "--pcap-size", "99999999999"],
+     "--pcap-size 99999999999: megabytes per interface, from 1 to 4,000,000"),
     (["up", "--jobs", "17"], "the switch holds 1..16 jobs"),
     (["up", "--host-cpu", "0"], "--host-cpu 0.0: cores of CPU time per second"),
     (["up", "--host-cpu", "64"], "from 0.01 to the machine's"),
@@ -99,12 +105,15 @@ def test_bad_input_is_one_clear_line(args, fragment):
     (lambda p: p.write_text("topo: " + "{a: " * 5000 + "}" * 5000 + "\n"), "nest"),
     (lambda p: p.write_text("jobs: " + "9" * 5000 + "\n"), "more digits than Python reads"),
     (lambda p: p.write_text("topo: star\n" + "# padding\n" * 120_000), "larger than 1 MB"),
+    (lambda p: p.write_text("topo: star\nnetwork: {bw: 5}\nnetwork: {bw: 9}\n"),
+     "(line 3, column 1): 'network' is given twice: keep one"),
 ])
 def test_a_config_file_that_is_a_pipe_or_past_pythons_limits_is_one_line(tmp_path, make,
                                                                         fragment):
     """A pipe would be read forever, /dev/zero until memory runs out; deep nesting and
     huge integers raise past PyYAML's errors (libyaml refuses the nesting itself); a
-    large file would take minutes to parse."""
+    large file would take minutes to parse; PyYAML would keep the last of a key given
+    twice."""
     path = tmp_path / "c.yaml"
     make(path)
     for args in (["run", str(path), "--dry-run"], ["sweep", "--dry-run", str(path)]):
@@ -163,6 +172,10 @@ def test_doctor_names_what_is_missing_and_how_to_install_it(tmp_path, monkeypatc
     assert "--  dumpcap or tcpdump (optional: --pcap): apt-get install tshark (or tcpdump)" \
         in lines
     assert any(line.startswith("--  tshark (optional") for line in lines)
+    # a shell venv that cannot be looked into (another user's; here a name too long)
+    monkeypatch.setenv("QAINA_SHELL_VENV", "/tmp/" + "v" * 300)
+    code, out = run_cli("doctor")
+    assert "Traceback" not in out and "--  p4runtime-shell (optional" in out, out[-500:]
 
 
 def test_doctor_target_bmv2_needs_bmv2_and_p4c_here(tmp_path, monkeypatch):

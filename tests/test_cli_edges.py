@@ -48,6 +48,10 @@ def test_a_number_yaml_reads_as_text_is_refused_with_how_to_write_it(tmp_path):
     code, out = run_cli("run", str(saved), "--dry-run")
     assert code != 0 and "timeout is '1e3', which is not a finite number (YAML reads 1e3 " \
         "as text: without a dot, or quoted; write 1000.0)" in out, out
+    for quoted in ('"2"', "２"):  # a whole number quoted, or in full-width digits
+        saved.write_text(f"workload:\n  jobs: {quoted}\n")
+        code, out = run_cli("run", str(saved), "--dry-run")
+        assert code != 0 and "(text, not a number: write 2, unquoted ASCII digits)" in out, out
 
 
 def test_results_list_of_a_file_says_it_is_not_a_directory(tmp_path):

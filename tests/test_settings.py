@@ -212,3 +212,22 @@ def test_the_recorder_defaults_are_the_trees():
     assert {n: r["learning_rate"] for n, r in RECIPES.items()} == {
         "digits-mlp-wide": 0.1, "digits-mlp-1m": 0.1, "digits-mlp-1m-8w": 0.1,
         "digits-resnet": 0.05}
+
+
+def test_trace_paths_are_recorded_absolute(tmp_path, monkeypatch):
+    """config.yaml is repeated with `run` from any directory: a relative --trace-dir or
+    --trace path is recorded as the absolute path it named."""
+    from pathlib import Path
+    bundled = Path(__file__).resolve().parents[1] / "hosts" / "traces" / "digits-mlp"
+    (tmp_path / "td").mkdir()
+    (tmp_path / "td" / "mine").symlink_to(bundled)
+    monkeypatch.chdir(tmp_path)
+    cfg = RunConfig.flat(topo="star", workers=2, iterations=2, trace="mine",
+                         trace_dirs=["td"])
+    cfg.check()
+    assert cfg.training.trace_dirs == [str(tmp_path / "td")]
+    cfg = RunConfig.flat(topo="star", workers=2, iterations=2, trace="td/mine")
+    cfg.check()
+    assert cfg.training.trace == str(tmp_path / "td" / "mine")
+    monkeypatch.chdir("/")
+    cfg.check()  # what config.yaml holds checks again, from elsewhere

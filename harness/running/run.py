@@ -377,7 +377,8 @@ class Run:
 
     def _await_agents(self):
         """Until every agent has loaded its trace (a script: PyTorch too) and is ready."""
-        wait = 60 if self.script is None else self.script.START_WAIT
+        wait = min(60 if self.script is None else self.script.START_WAIT,
+                   self.cfg.output.timeout)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             self._check_agents()
@@ -388,7 +389,7 @@ class Run:
                    if not any(r.get("type") == "start" for r in a.records())]
         how = f" ({self.mode.connect_note})" if self.mode.connect_note else ""
         raise RunError(f"agents {', '.join(waiting[:8])}{' ...' if len(waiting) > 8 else ''} "
-                       f"did not start within {wait} s{how}; see {self.writer.log_dir}")
+                       f"did not start within {wait:g} s{how}; see {self.writer.log_dir}")
 
     def _agent_command(self, job: Job, worker, name: str, path: Path):
         """argv, environment and log of a worker's process: its agent, or with
