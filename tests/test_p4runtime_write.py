@@ -358,3 +358,25 @@ def test_an_entrys_metadata_reads_back(fresh):
     assert write(conn, [upd(U.MODIFY, e)]) == ["OK"]
     (read,) = conn.read_table(AGG)
     assert (read.controller_metadata, read.metadata) == (8, b"")
+    default = modify_default(conn)[0].entity.table_entry  # the default entry's, kept too
+    default.controller_metadata, default.metadata = 5, b"x"
+    assert write(conn, [upd(U.MODIFY, default)]) == ["OK"]
+    query = p4runtime_pb2.TableEntry(table_id=conn.p4info.table(LPM).id, is_default_action=True)
+    (read,) = [e.table_entry for e in conn._read("default entry",
+                                                 p4runtime_pb2.Entity(table_entry=query))]
+    assert (read.controller_metadata, read.metadata) == (5, b"x")
+
+
+def test_a_read_by_key_with_a_priority_the_table_cannot_have_is_refused(fresh):
+    """An exact table's entries have no priority: a Read naming one is INVALID_ARGUMENT,
+    as a Write with it is (spec, "Table Entry")."""
+    conn = fresh.conn
+    e = agg(conn)
+    assert write(conn, [upd(U.INSERT, e)]) == ["OK"]
+    e.ClearField("action")
+    e.priority = 5
+    req = p4runtime_pb2.ReadRequest(device_id=conn.device_id)
+    req.entities.add().table_entry.CopyFrom(e)
+    with pytest.raises(grpc.RpcError) as err:
+        list(conn.stub.Read(req, timeout=10))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value

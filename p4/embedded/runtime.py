@@ -33,8 +33,8 @@ from .absent import read_absent
 from .logfilter import Sparing
 from .pipeline import Pipeline, PipelineError
 from .streams import MAX_STREAMS, StreamChannels, election_of
-from .updates import (GROUP_BITS, MAX_ALL_REPLICAS, check_entry, match_key, replicas,
-                      table_action)
+from .updates import (GROUP_BITS, MAX_ALL_REPLICAS, PRIORITY_MATCHES, check_entry,
+                      match_key, replicas, table_action)
 
 log = logging.getLogger("qaina.switch.p4runtime")
 
@@ -302,6 +302,7 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
                 table.reset_default()
             else:
                 table.set_default(*action)
+            table.set_cookie(None, entry.controller_metadata, entry.metadata)  # None: default
             return
         key = match_key(table.info, entry)
         if kind == _UPDATE.DELETE:
@@ -419,10 +420,17 @@ class P4RuntimeServicer(StreamChannels, p4runtime_pb2_grpc.P4RuntimeServicer):
         for table in tables:
             if query.is_default_action:
                 out.reserve(1)
-                self._emit_table_entry(out, table, None, table.default)
+                e = self._emit_table_entry(out, table, None, table.default)
+                if None in table.cookies:
+                    e.controller_metadata, e.metadata = table.cookies[None]
                 continue
             entries = table.entries.items()
             if len(query.match):  # one entry, by its key (as a write gives it)
+                if query.priority and not any(mf.match_type in PRIORITY_MATCHES
+                                              for mf in table.info.match_fields):
+                    raise PipelineError("INVALID_ARGUMENT", f"{table.name}: priority "
+                                        f"{query.priority} given, but the table has no "
+                                        "ternary, range or optional field")
                 key = match_key(table.info, query)
                 entries = [(key, table.entries[key])] if key in table.entries else []
             out.reserve(len(entries))
