@@ -44,6 +44,7 @@ from .exactsums import ExactSums
 from .remotesampling import remote_samplers
 from .runmeta import new_run_id, write_results
 from .sampling import Sampler
+from .progress import Progress
 from ..trainscript import ScriptLauncher
 from .starter import Starters
 from .processes import (AgentProcess, RunError, agent_env, deferred_signals, end_on_termination,
@@ -496,7 +497,7 @@ class Run:
         t0 = time.time()
         jobs = sorted({a.job for a in self.agents})
         total = self.cfg.workload.iterations * len(jobs)  # a job's: all its workers'
-        shown = ""
+        progress = Progress(self.echo)
         try:
             while True:
                 # Read first, so that the pass that ends the loop has checked every agent
@@ -512,9 +513,7 @@ class Run:
                 line = f"  iterations {done}/{total}  ({time.time() - t0:5.1f} s)"
                 if self.admission is not None and self.admission.waiting:
                     line += f", {self.admission.waiting} job(s) not admitted yet"
-                if line != shown:
-                    self.echo("\r" + line, nl=False)
-                    shown = line
+                progress.show(line)
                 if ended:
                     break
                 if time.time() - t0 > self.cfg.output.timeout:
@@ -529,7 +528,7 @@ class Run:
         finally:
             self.sampler.stop()
             self.ledger.end()  # before anything is stopped
-            self.echo("")  # the progress line ends, whatever ended the loop
+            progress.end()  # the progress line ends, whatever ended the loop
 
     def _hold(self):
         """Keep the network and the switches up, as the jobs left them, until Ctrl-C or

@@ -1,0 +1,34 @@
+"""The progress line: in place on a terminal, a line every few seconds elsewhere."""
+
+from __future__ import annotations
+
+from qaina_bench.harness.running.progress import Progress
+
+
+def _recorder():
+    out = []
+    return out, lambda text="", nl=True: out.append((text, nl))
+
+
+def test_on_a_terminal_the_line_is_rewritten_in_place():
+    out, echo = _recorder()
+    p = Progress(echo, terminal=True)
+    for line in ("a 1", "a 1", "a 2"):
+        p.show(line)
+    p.end()
+    assert out == [("\ra 1", False), ("\ra 2", False), ("", True)]
+
+
+def test_elsewhere_a_line_at_most_every_few_seconds_and_the_last_one_at_the_end():
+    out, echo = _recorder()
+    p = Progress(echo, terminal=False, every=3600)
+    for i in range(1000):
+        p.show(f"iterations {i}/1000")
+    p.end()
+    assert out == [("iterations 0/1000", True), ("iterations 999/1000", True)]
+    out.clear()
+    p = Progress(echo, terminal=False, every=0)
+    p.show("x")
+    p.show("y")
+    p.end()  # nothing again: the last line is out already
+    assert out == [("x", True), ("y", True)]
