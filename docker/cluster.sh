@@ -24,6 +24,8 @@
 #   runs with --train-script across the servers; without one, it says why it skips.
 # * two runs with --cli: a ping from qb-b's host, a process left there recorded under
 #   qb-b and stopped at teardown, or by clean after a kill -9 at the prompt.
+# * a held run whose spines' server (qb-c) is frozen (docker pause) before Ctrl-C: the
+#   teardown ends and names qb-c, and clean removes what it left there once qb-c runs.
 # Run as root: make cluster-test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -568,6 +570,36 @@ flock /tmp/qb-mininet.lock sh -c '
   docker exec qb-a test -f /results/ctrlc/summary.json'
 nothing_left "after Ctrl-C"
 docker exec qb-a test -s /results/ctrlc/logs/sp1.log || { echo "  ctrlc: sp1.log not gathered" >&2; exit 1; }
+
+say "a server frozen (docker pause qb-c: the spines) under a held run, then Ctrl-C"
+# Every ssh of the run gives up on a server that does not answer (cluster.py BOUNDED), and
+# the nodes' shells there are skipped once one is given up on (shells.py): the teardown
+# ends, says what it left on qb-c, and clean removes it once qb-c answers again.
+flock /tmp/qb-mininet.lock sh -c '
+  docker exec -d -w /opt/qaina-bench qb-a sh -c ".venv/bin/qaina-bench up --cluster \
+    localhost,qb-b,qb-c --topo leafspine --jobs 1 --workers 2 --iterations 1 \
+    --results-dir /results --run-id frozen --hold >/tmp/frozen.out 2>&1"
+  for _ in $(seq 600); do
+    docker exec qb-a grep -qs "network stays up" /results/frozen/logs/mininet.log && break
+    sleep 0.2
+  done
+  sleep 3
+  owner=$(docker exec qb-a .venv/bin/python -c "import json; print(json.load(open(\"/run/qaina-bench/frozen.json\"))[\"owner\"])")
+  docker pause qb-c >/dev/null
+  start=$(date +%s)
+  docker exec qb-a kill -INT "$owner"
+  for _ in $(seq 900); do docker exec qb-a kill -0 "$owner" 2>/dev/null || break; sleep 0.2; done
+  took=$(( $(date +%s) - start ))
+  docker unpause qb-c >/dev/null
+  docker exec qb-a tail -n 4 /tmp/frozen.out | cut -c1-200 | sed "s/^/  | /"
+  if docker exec qb-a kill -0 "$owner" 2>/dev/null; then
+    echo "  the run still tears down after $took s with qb-c frozen" >&2; exit 1
+  fi
+  echo "  teardown with qb-c frozen: $took s"
+  docker exec qb-a grep -q "qb-c" /tmp/frozen.out || { echo "  the run did not name qb-c" >&2; exit 1; }
+  docker exec qb-a test -f /results/frozen/summary.json || { echo "  no summary.json" >&2; exit 1; }
+  docker exec -w /opt/qaina-bench qb-a .venv/bin/qaina-bench clean | grep "qb-c" | head -3'
+nothing_left "after a frozen server and clean"
 
 # e.g. QB_CLUSTER_SCALE="4 8 16 32" QB_CLUSTER_SCALE_REPEAT=3 QB_CLUSTER_SCALE_CSV=scale.csv
 if [ -n "${QB_CLUSTER_SCALE:-}" ]; then

@@ -384,6 +384,10 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         plot(writer.dir, rows, slot_samples, meta)
     except Exception as exc:  # plots are a convenience; the numbers are in the files
         summary["errors"].append(f"plotting failed: {exc}")
+        try:  # no half-written figure (a full disk)
+            (writer.dir / "iterations.png").unlink(missing_ok=True)
+        except OSError:
+            pass
         write_summary(writer.dir / "summary.json", summary)
     return summary
 

@@ -43,7 +43,13 @@ LOCAL_NAMES = ("localhost", "127.0.0.1")
 #: a server as ssh takes it: a host name, an ssh config alias, an IPv4 or IPv6 address
 HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*")
 USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
-SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+#: every ssh of a run gives up on a server that does not answer (frozen, cut off,
+#: gone): a new connection after 5 s (its handshake included), an open one, a shared
+#: one and every session through it after 4 x 5 s without an answer, so that no
+#: command waits on such a server for ever
+BOUNDED = ["-o", "ConnectTimeout=5", "-o", "ServerAliveInterval=5",
+           "-o", "ServerAliveCountMax=4"]
+SSH = ["ssh", "-o", "BatchMode=yes", *BOUNDED]
 
 
 @dataclass(frozen=True)
@@ -215,7 +221,7 @@ class ClusterNode(RemoteMixin):
                 ssh = ssh[4:]  # "sudo -E -u USER": ssh as ourselves
             if not tt:
                 ssh.remove("-tt")
-            ssh[-1:-1] = sshmux.options(self.user, self.server, lasting=not short)
+            ssh[-1:-1] = sshmux.options(self.user, self.server, lasting=not short) + BOUNDED
             if sudo and self.user != "root":
                 cmd = ["sudo", "-E"] + cmd
             cmd = ssh + cmd
@@ -353,7 +359,7 @@ class RemoteTCLink(RemoteLink):
                                    f"{intfname1}: {out.strip()[-200:]}")
         # a connection of its own: a tunnel is not forwarded through a shared one
         # (ControlPath=none also overrides an ~/.ssh/config that shares connections)
-        cmd = ["ssh", "-n", "-o", "BatchMode=yes", "-o", "ControlPath=none",
+        cmd = ["ssh", "-n", "-o", "BatchMode=yes", "-o", "ControlPath=none", *BOUNDED,
                "-o", "Tunnel=Ethernet", "-w", "9:9", f"{node2.user}@{node2.serverIP}",
                "echo @"]
         self.cmd = cmd
