@@ -20,15 +20,12 @@ in-network / ring, the CPU cost table).
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import os
 import re
-import signal
 import socket
 import struct
-import sys
 import subprocess
 import tempfile
 import time
@@ -36,20 +33,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ...hosts.collective import MODES
 from ...hosts.lanes import LaneFormat
 from ...p4 import program
 from ...p4.constants import Drop
 from ...p4.embedded.ports import Port
-from ...p4.header import PAYLOAD_WORDS, QAINA_WORDS
+from ...p4.header import QAINA_WORDS
 from ..switches.control import SwitchConnection
 from ..switches.jobs import (Job, Worker, aggregator_ip, aggregator_mac, ip_to_int, program_aggregator,
                    program_guard, program_job, program_route)
-from ..running.processes import _terminate
 from ..running.record import RunRecord
 from ..switches.targets import make_target
-from .testbedbench import (COST_MODES, COST_WORKERS, CSV_TABLES, TESTBED_TABLES,
-                           coalescing_table, sampling_table,
+from .testbedbench import (COST_MODES, COST_WORKERS, coalescing_table, sampling_table,
                            comparison_table, cost_table, headline_table, ratio_table,
                            repeat_table, transport_table, write_csv)
 
@@ -182,7 +176,8 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
         elems = closed * words * fmt.lanes
         out = {"target": kind, "bits": bits, "words": words, "lanes": fmt.lanes,
                "offered_pps": sent / elapsed,
-               "aggregated_pps": aggregated / elapsed, "aggregated_fraction": aggregated / sent,
+               "aggregated_pps": aggregated / elapsed,
+               "aggregated_fraction": aggregated / max(sent, 1),
                "completions_per_s": closed / elapsed,
                "completed_pps": closed * WORKERS / elapsed,
                "fp32_gbps": elems * 32 / elapsed / 1e9,
@@ -246,94 +241,6 @@ def _switch_stats(log_path: Path) -> dict:
     return totals
 
 
-def main(argv=None, prog="python -m qaina_bench.harness.benchmarks.bench") -> int:
-    ap = argparse.ArgumentParser(prog=prog)
-    sub = ap.add_subparsers(dest="what", required=True)
-    sw = sub.add_parser("switch", help="aggregation packets/s through one switch")
-    sw.add_argument("--target", action="append", choices=["embedded", "bmv2"],
-                    help="switch target (repeatable; default embedded)")
-    sw.add_argument("--bits", type=int, action="append", help="bit width (repeatable)")
-    sw.add_argument("--rate", type=float, action="append",
-                    help="offered contributions/s (repeatable; default a sweep)")
-    sw.add_argument("--seconds", type=float, default=4.0)
-    sw.add_argument("--repeat", type=int, default=1, help="runs per rate (mean and range)")
-    sw.add_argument("--payload-words", type=int, action="append", choices=PAYLOAD_WORDS,
-                    help="the qaina.p4 build (repeatable; default 32)")
-    sw.add_argument("--csv", help="a row per point also as CSV to this file")
-    tb = sub.add_parser("testbed", help="elements/s of b=4 against b=32 and against a ring "
-                                        "all-reduce, on real topologies")
-    tb.add_argument("--bw", type=float, default=1.0, help="link Mbit/s (links the bottleneck)")
-    tb.add_argument("--iterations", type=int, default=6)
-    tb.add_argument("--repeat", type=int, default=3, help="runs of one config, for the CV")
-    tb.add_argument("--table", action="append", choices=TESTBED_TABLES,
-                    help="only these tables (repeatable; default all)")
-    tb.add_argument("--ratio-bw", type=float, default=3.0,
-                    help="link Mbit/s of the in-network / ring ratio")
-    tb.add_argument("--ratio-trace", default="digits-mlp-wide",
-                    help="trace set of the in-network / ring ratio")
-    tb.add_argument("--csv", help="the table (one of " + ", ".join(CSV_TABLES)
-                    + ", chosen with --table) also as CSV to this file")
-    tb.add_argument("--mode", action="append", choices=MODES.names(),
-                    help="the cost table for this scheme only (repeatable; default all)")
-    tb.add_argument("--headline-trace", default="digits-mlp-wide",
-                    help="trace set of the headline")
-    tb.add_argument("--variants-trace", default="digits-mlp-wide",
-                    help="trace set of the coalescing and sampling tables")
-    tb.add_argument("--slots", type=int, action="append",
-                    help="the headline's in-network runs with these slots per job "
-                         "(repeatable; default 32, up's default)")
-    tb.add_argument("--workers", type=int, action="append", choices=COST_WORKERS,
-                    help="the cost table for this n only (repeatable; default all)")
-    cp = sub.add_parser("control", help="P4Runtime reads of an embedded switch: every "
-                                        "entity, and the sampler's slot counters")
-    cp.add_argument("--repeat", type=int, default=10, help="reads of each kind")
-    cp.add_argument("--payload-words", type=int, choices=PAYLOAD_WORDS, default=QAINA_WORDS,
-                    help="the qaina.p4 build (its agg_sum has 2048 x words cells)")
-    args = ap.parse_args(argv)
-    if os.geteuid() != 0:
-        ap.error("the benchmarks need root (veth pairs, raw sockets, Mininet)")
-    from ...settings import ConfigError
-    from ..results.resultset import OutputError
-    # SIGTERM stops a benchmark like Ctrl-C: what it started is torn down
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        return _run(ap, args)
-    except ConfigError as exc:  # a run the options describe is not possible
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OutputError as exc:  # --csv, after the runs: the table printed stands
-        print(f"error: {exc}; the table above is what was measured", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted: the benchmark stopped (what it had started is removed; "
-              "no table or CSV written)", file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _run(ap, args) -> int:
-    if args.what == "control":
-        if args.repeat < 1:
-            ap.error("--repeat must be at least 1")
-        from .controlbench import control_table
-        return control_table(args.repeat, args.payload_words)
-    if args.what == "testbed":
-        return _testbed(ap, args)
-    _check_csv(ap, args.csv)
-    return switch_table(args.target or ["embedded"], args.bits or [4, 32], args.rate,
-                        args.seconds, args.repeat, args.payload_words or [QAINA_WORDS],
-                        args.csv)
-
-
-def _check_csv(ap, path):
-    """One line and exit 2 if ``--csv`` cannot be written, before any measuring."""
-    from ..results.resultset import unwritable
-    problem = unwritable(path) if path else None
-    if problem:
-        ap.error(f"--csv {problem}")
-
-
 @contextlib.contextmanager
 def recorded_workdir():
     """A temporary directory for a benchmark's runs, listed in a record of its own so
@@ -348,41 +255,33 @@ def recorded_workdir():
             record.close()
 
 
-def _testbed(ap, args) -> int:
-    """``bench testbed``: the chosen tables, in order; with ``--csv``, the one table's
-    rows written there."""
-    tables = args.table or TESTBED_TABLES
-    if args.csv and (len(tables) != 1 or tables[0] not in CSV_TABLES):
-        ap.error("--csv writes one table: add exactly one --table of "
-                 + ", ".join(CSV_TABLES))
-    _check_csv(ap, args.csv)
+def testbed_tables(tables, opts: dict, csv_path=None):
+    """``bench testbed``: the chosen tables, in order, with ``opts`` (the command's
+    options by parameter name); with ``csv_path``, the one table's rows written there."""
+    iterations, repeat = opts["iterations"], opts["repeat"]
     with recorded_workdir() as work:
         if "transport" in tables:
-            transport_table(work, args.iterations)
+            transport_table(work, iterations)
         if "repeat" in tables:
-            repeat_table(work, args.iterations, args.bw, args.repeat)
+            repeat_table(work, iterations, opts["bw"], repeat)
         if "comparison" in tables:
-            comparison_table(work, args.iterations, args.bw)
+            comparison_table(work, iterations, opts["bw"])
         rows = None
         if "ratio" in tables:
-            rows = ratio_table(work, args.iterations, args.ratio_bw, args.repeat,
-                               trace=args.ratio_trace)
+            rows = ratio_table(work, iterations, opts["ratio_bw"], repeat,
+                               trace=opts["ratio_trace"])
         if "headline" in tables:
-            rows = headline_table(work, args.iterations, args.repeat,
-                                  trace=args.headline_trace, slots=args.slots or (32,))
+            rows = headline_table(work, iterations, repeat, trace=opts["headline_trace"],
+                                  slots=opts["slots"] or (32,))
         if "coalescing" in tables:
-            rows = coalescing_table(work, args.iterations, args.repeat,
-                                    trace=args.variants_trace)
+            rows = coalescing_table(work, iterations, repeat, trace=opts["variants_trace"])
         if "sampling" in tables:
-            rows = sampling_table(work, args.iterations, args.repeat,
-                                  trace=args.variants_trace)
+            rows = sampling_table(work, iterations, repeat, trace=opts["variants_trace"])
         if "cost" in tables:
-            rows = cost_table(work, args.iterations, args.repeat,
-                              modes=args.mode or COST_MODES,
-                              workers=args.workers or COST_WORKERS)
-    if args.csv and rows:
-        write_csv(args.csv, rows)
-    return 0
+            rows = cost_table(work, iterations, repeat, modes=opts["modes"] or COST_MODES,
+                              workers=[int(n) for n in opts["workers"]] or COST_WORKERS)
+    if csv_path and rows:
+        write_csv(csv_path, rows)
 
 
 def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
@@ -420,7 +319,7 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
                         runs = point(kind, bits, words, rate)
                         mean = float(np.mean([r["aggregated_pps"] for r in runs]))
                         best[key] = max(best.get(key, 0.0), mean)
-                    if not rates:
+                    if not rates and best[key] > 0:  # (none aggregated: no overload)
                         runs = point(kind, bits, words, 2 * best[key])
                         overload.append((key, best[key], runs))
                         rows[-1]["peak_pps"] = round(best[key])
@@ -440,7 +339,7 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
             for words in words_list:
                 print(f"b={bits}, {words} words: {a} aggregated at most "
                       f"{best[a, bits, words]:,.0f} pps, {b} {best[b, bits, words]:,.0f} pps: "
-                      f"ratio {best[a, bits, words] / best[b, bits, words]:.1f}")
+                      f"ratio {best[a, bits, words] / max(best[b, bits, words], 1):.1f}")
     return 0
 
 
@@ -475,5 +374,6 @@ def _print_point(kind: str, bits: int, words: int, runs: list[dict]):
           f"{np.mean([r['fp32_gbps'] for r in runs]):>11.3f}", flush=True)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the same commands as `qaina-bench bench`
+    from .benchcli import bench as _commands
+    _commands(prog_name="python -m qaina_bench.harness.benchmarks.bench")

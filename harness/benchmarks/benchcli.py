@@ -10,14 +10,19 @@ import click
 from ...p4.header import PAYLOAD_WORDS, QAINA_WORDS
 from ...hosts.lanes import BIT_WIDTHS
 from ...hosts.collective import MODES
-from ..options import Positive
+from ...p4.constants import POOL_SLOTS
 from ..plugincli import RegistryChoice
+from .benchchecks import (BANDWIDTH, REPEATS, Within, benchmark_errors, check_burst, check_csv,
+                          check_results_dir, check_table_options, check_table_traces, fail,
+                          need_root)
+from .scalebench import RECIPE as SCALE_RECIPE
+from .testbedbench import HEADLINE_JOBS
 
-POSITIVE = Positive()  # rates, durations, Mbit/s
-PROG = "qaina-bench bench"  # what the benchmarks' own errors call the command
+#: what a benchmark stopped by Ctrl-C or SIGTERM leaves (it removes what it started)
+NOTHING_KEPT = "what it had started is removed; no table or CSV written"
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def bench():
     """Benchmarks that print figures."""
 
@@ -28,10 +33,11 @@ def bench():
               help="repeat to compare targets (prints the ratio)")
 @click.option("--bits", type=click.Choice([str(b) for b in BIT_WIDTHS]), multiple=True,
               default=["4", "32"], show_default=True)
-@click.option("--rate", type=POSITIVE, multiple=True,
+@click.option("--rate", type=Within(100, 10_000_000), multiple=True,
               help="offered contributions/s (default: a sweep per target)")
-@click.option("--seconds", type=POSITIVE, default=4.0, show_default=True)
-@click.option("--repeat", type=click.IntRange(1), default=1, show_default=True,
+@click.option("--seconds", type=Within(0.1, 3600), default=4.0, show_default=True,
+              help="of offered load at each rate")
+@click.option("--repeat", type=REPEATS, default=1, show_default=True,
               help="runs per rate: mean and range")
 @click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
               multiple=True, default=[str(QAINA_WORDS)], show_default=True,
@@ -42,30 +48,29 @@ def bench_switch(targets, bits, rate, seconds, repeat, words, csv_path):
     """Aggregation packets/s through one switch on one core, same frames and pacing
     for every target (root)."""
     from . import bench as b
-    args = ["switch", "--seconds", str(seconds), "--repeat", str(repeat)]
-    for x in targets:
-        args += ["--target", x]
-    for x in bits:
-        args += ["--bits", str(x)]
-    for x in rate:
-        args += ["--rate", str(x)]
-    for x in words:
-        args += ["--payload-words", x]
-    if csv_path:
-        args += ["--csv", csv_path]
-    sys.exit(b.main(args, prog=PROG))
+    from ..switches.targets import bmv2_missing
+    check_burst(rate, seconds, b.BURST)
+    need_root("switch")
+    if "bmv2" in targets and bmv2_missing():
+        fail(f"--target bmv2: {bmv2_missing()}")
+    check_csv(csv_path)
+    with benchmark_errors(NOTHING_KEPT):
+        b.switch_table(list(targets), [int(x) for x in bits], list(rate), seconds, repeat,
+                       [int(w) for w in words], csv_path)
 
 
 @bench.command("testbed")
-@click.option("--bw", type=POSITIVE, default=1.0, show_default=True, help="link Mbit/s")
-@click.option("--iterations", type=click.IntRange(1), default=6, show_default=True)
-@click.option("--repeat", type=click.IntRange(1), default=3, show_default=True,
+@click.option("--bw", type=BANDWIDTH, default=1.0, show_default=True,
+              help="link Mbit/s (of the repeat and comparison tables)")
+@click.option("--iterations", type=click.IntRange(1), default=6, show_default=True,
+              help="of every run (at most its trace set's)")
+@click.option("--repeat", type=REPEATS, default=3, show_default=True,
               help="runs of each configuration (mean and range; the repeat table's CV)")
 @click.option("--table", "tables", multiple=True,
               type=click.Choice(["transport", "repeat", "comparison", "ratio", "cost",
                                  "headline", "coalescing", "sampling"]),
               help="only these tables (default all)")
-@click.option("--ratio-bw", type=POSITIVE, default=3.0, show_default=True,
+@click.option("--ratio-bw", type=BANDWIDTH, default=3.0, show_default=True,
               help="link Mbit/s of the in-network / ring ratio (n=8, b=4, 256 words)")
 @click.option("--ratio-trace", default="digits-mlp-wide", show_default=True,
               help="trace set of the ratio (digits-mlp-wide is recorded on first use)")
@@ -80,11 +85,12 @@ def bench_switch(targets, bits, rate, seconds, repeat, words, csv_path):
               help="trace set of the headline")
 @click.option("--variants-trace", default="digits-mlp-wide", show_default=True,
               help="trace set of the coalescing and sampling tables")
-@click.option("--slots", type=click.IntRange(1), multiple=True,
+@click.option("--slots", type=click.IntRange(1, POOL_SLOTS // HEADLINE_JOBS), multiple=True,
               help="the headline's in-network runs with these slots per job (the "
-                   "window; repeatable; default 32, up's default)")
-def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace, csv_path, modes,
-                  workers, headline_trace, variants_trace, slots):
+                   f"window; repeatable; default 32, up's default; its {HEADLINE_JOBS} "
+                   f"jobs share the pool of {POOL_SLOTS})")
+@click.pass_context
+def bench_testbed(ctx, tables, csv_path, **opts):
     """Transport (retransmissions, time against the link rate, repeatability),
     elements/s of b=4 against b=32 and a ring, on star and leaf-spine, the
     in-network / ring iteration-time ratio at n=8, (--table cost) the CPU seconds per
@@ -96,24 +102,21 @@ def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace, csv_pat
     same at 16 Mbit/s and unshaped with the sampler's slot reads every 10 and 100 ms
     (root)."""
     from . import bench as b
-    args = ["testbed", "--bw", str(bw), "--iterations", str(iterations), "--repeat",
-            str(repeat), "--ratio-bw", str(ratio_bw), "--ratio-trace", ratio_trace]
-    if csv_path:
-        args += ["--csv", csv_path]
-    for t in tables:
-        args += ["--table", t]
-    for m in modes:
-        args += ["--mode", m]
-    for n in workers:
-        args += ["--workers", n]
-    args += ["--headline-trace", headline_trace, "--variants-trace", variants_trace]
-    for n in slots:
-        args += ["--slots", str(n)]
-    sys.exit(b.main(args, prog=PROG))
+    from .testbedbench import CSV_TABLES, TABLE_OPTIONS, TABLE_TRACES, TESTBED_TABLES
+    tables = tables or TESTBED_TABLES
+    check_table_options(ctx, tables, TABLE_OPTIONS)
+    if csv_path and (len(tables) != 1 or tables[0] not in CSV_TABLES):
+        raise click.UsageError("--csv writes one table: add exactly one --table of "
+                               + ", ".join(CSV_TABLES), ctx)
+    check_table_traces(tables, opts, TABLE_TRACES)
+    need_root("testbed")
+    check_csv(csv_path)
+    with benchmark_errors(NOTHING_KEPT):
+        b.testbed_tables(tables, opts, csv_path)
 
 
 @bench.command("control")
-@click.option("--repeat", type=click.IntRange(1), default=10, show_default=True,
+@click.option("--repeat", type=click.IntRange(1, 1000), default=10, show_default=True,
               help="reads of each kind")
 @click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
               default=str(QAINA_WORDS), show_default=True,
@@ -121,44 +124,42 @@ def bench_testbed(bw, iterations, repeat, tables, ratio_bw, ratio_trace, csv_pat
 def bench_control(repeat, words):
     """P4Runtime reads of an embedded switch: one Read of every entity (the whole
     agg_sum included) and the sampler's slot-counter Read, mean and range (root)."""
-    from . import bench as b
-    sys.exit(b.main(["control", "--repeat", str(repeat), "--payload-words", words], prog=PROG))
+    need_root("control")
+    from .controlbench import control_table
+    with benchmark_errors(NOTHING_KEPT):
+        control_table(repeat, int(words))
 
 
 @bench.command("scale")
-@click.option("--workers", "sizes", type=click.IntRange(1), multiple=True,
-              default=[4, 8, 16, 32],
-              show_default=True, help="workers of the one job (repeat)")
+@click.option("--workers", "sizes", type=click.IntRange(1, SCALE_RECIPE["workers"]),
+              multiple=True, default=[4, 8, 16, 32], show_default=True,
+              help="workers of the one job (repeat; at most the trace set's "
+                   f"{SCALE_RECIPE['workers']})")
 @click.option("--cluster", "clusters", multiple=True, metavar="SERVERS",
               help="also run on this cluster (as up --cluster; repeat); this machine "
               "alone always runs first")
-@click.option("--iterations", type=click.IntRange(1), default=2, show_default=True)
-@click.option("--bw", type=POSITIVE, default=None, help="link Mbit/s (default unshaped)")
+@click.option("--iterations", type=click.IntRange(1, SCALE_RECIPE["iterations"]), default=2,
+              show_default=True, help="of each run (at most the trace set's "
+                                      f"{SCALE_RECIPE['iterations']})")
+@click.option("--bw", type=BANDWIDTH, default=None, help="link Mbit/s (default unshaped)")
 @click.option("--results-dir", type=click.Path(), default="results/scale", show_default=True,
               help="where the runs go (on a cluster: a directory every server shares)")
-@click.option("--repeat", type=click.IntRange(1), default=1, show_default=True,
+@click.option("--repeat", type=REPEATS, default=1, show_default=True,
               help="runs of each point (interleaved; mean and range)")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
               help="write a row per run to this CSV file too")
 def bench_scale(sizes, clusters, iterations, bw, results_dir, repeat, csv_path):
     """Bring-up, completion, CPU per aggregated element and fidelity verdict at each
     number of workers, on this machine and on clusters (root)."""
-    from ..config import ConfigError
-    from .scalebench import scale, write_csv
-    from ..results.resultset import unwritable
-    if csv_path and unwritable(csv_path):  # checked now, written after the runs
-        raise click.BadParameter(unwritable(csv_path), param_hint="--csv")
-    try:
+    from .scalebench import TRACE, scale, write_csv
+    need_root("scale")
+    check_results_dir(Path(results_dir), f"traces/{TRACE}")  # where its trace is recorded
+    check_csv(csv_path)  # checked now, written after the runs
+    with benchmark_errors(f"the runs so far are in {results_dir}"):
         rows = scale(sizes, [None, *clusters], iterations, bw, Path(results_dir),
                      echo=click.echo, repeat=repeat)
         if csv_path:
             write_csv(Path(csv_path), rows)
-    except (ConfigError, OSError) as exc:  # OSError: the --csv file, after the runs
-        raise click.ClickException(str(exc)) from None
-    except KeyboardInterrupt:
-        click.echo("\ninterrupted: the benchmark stopped (the runs so far are in "
-                   f"{results_dir})", err=True)
-        sys.exit(130)
 
 
 @bench.command("codec")
@@ -167,7 +168,7 @@ def bench_scale(sizes, clusters, iterations, bw, results_dir, repeat, csv_path):
 @click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
               default=str(QAINA_WORDS), show_default=True,
               help="payload words per packet (a chunk is words x lanes elements)")
-@click.option("--repeats", type=click.IntRange(1), default=20, show_default=True,
+@click.option("--repeats", type=click.IntRange(1, 1000), default=20, show_default=True,
               help="timings of each (the best is printed)")
 def bench_codec(bits, workers, words, repeats):
     """Agent encode/decode throughput, numpy reference and the agents' kernels (fp32

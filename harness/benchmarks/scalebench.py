@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import RunConfig
-from ..running.run import Run
 from .testbedbench import spread_text
 
 #: the digits MLP's gradients of 32 workers (the bundled set has 8), recorded once
@@ -32,6 +31,7 @@ def scale_config(workers: int, cluster: str | None, iterations: int, bw: float |
 
 def measure(cfg: RunConfig) -> dict:
     """Run ``cfg``; the row of the table."""
+    from ..running.run import Run
     run = Run(cfg, echo=lambda *a, **k: None)
     summary = run.execute()
     if run.signalled:  # Ctrl-C or SIGTERM: the run is torn down, the benchmark stops

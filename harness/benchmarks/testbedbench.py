@@ -148,6 +148,7 @@ def write_csv(path, rows: list[dict]):
 
 COST_MODES = ("ina", "ring", "ps")  # by default; --mode takes any registered mode
 COST_WORKERS = (4, 8)
+COST_TRACE = "digits-mlp-wide"  # the trace set of the cost table
 COST_BANDWIDTHS = (None, 16.0)  # unshaped, and links of 16 Mbit/s
 COST_PARTS = COMPONENTS + ("kernel",)  # the run's components, then softirq
 COST_METRICS = ("melem_s",) + COST_PARTS + ("total",)
@@ -194,7 +195,7 @@ def _num(x) -> float:
 
 
 def cost_table(workdir: Path, iterations: int, repeat: int,
-               trace: str = "digits-mlp-wide", words: int = 256, modes=COST_MODES,
+               trace: str = COST_TRACE, words: int = 256, modes=COST_MODES,
                workers=COST_WORKERS) -> list[dict]:
     """End-to-end Melem/s and CPU seconds per million aggregated elements by component
     (agents, switches, parameter servers, the harness, softirq system-wide; total: the
@@ -245,6 +246,10 @@ def _print_cost(rows: list[dict]):
               + f"  {r['verdicts']}")
 
 
+#: jobs of the headline's runs, which share the switch's pool of slots
+HEADLINE_JOBS = 2
+
+
 def headline_table(workdir: Path, iterations: int, repeat: int,
                    trace: str = "digits-mlp-wide", slots=(32,)) -> list[dict]:
     """``up --topo star --jobs 2 --workers 8 --bits 4 --payload-words 256 --trace
@@ -261,7 +266,7 @@ def headline_table(workdir: Path, iterations: int, repeat: int,
     for k in range(repeat):
         for mode, window in points:
             extra = {"slots": window} if window else {}
-            s = testbed_bench("star", 4, None, iterations, workdir, 2, mode, 8,
+            s = testbed_bench("star", 4, None, iterations, workdir, HEADLINE_JOBS, mode, 8,
                               payload_words=256, trace=trace, **extra)
             f = cost_figures(s)
             rows.append({"run": k + 1, "mode": mode, "slots": window or "",
@@ -383,3 +388,19 @@ TESTBED_TABLES = ("transport", "repeat", "comparison", "ratio", "cost", "headlin
                   "coalescing", "sampling")
 #: the tables ``--csv`` can write
 CSV_TABLES = ("ratio", "cost", "headline", "coalescing", "sampling")
+#: the tables that take each option of ``bench testbed`` (by its parameter's name;
+#: ``--iterations`` all of them): one given for none of those chosen is refused
+TABLE_OPTIONS = {"bw": ("repeat", "comparison"),
+                 "repeat": ("repeat", "ratio", "cost", "headline", "coalescing", "sampling"),
+                 "ratio_bw": ("ratio",), "ratio_trace": ("ratio",),
+                 "modes": ("cost",), "workers": ("cost",),
+                 "headline_trace": ("headline",), "slots": ("headline",),
+                 "variants_trace": ("coalescing", "sampling")}
+#: per table: the option naming its trace set (by its parameter's name), else the set
+#: it replays (None: the runs' default), and the workers of its largest runs
+TABLE_TRACES = {"transport": (None, None, 4), "repeat": (None, None, 4),
+                "comparison": (None, None, 4), "ratio": ("ratio_trace", None, 8),
+                "cost": (None, COST_TRACE, max(COST_WORKERS)),
+                "headline": ("headline_trace", None, 8),
+                "coalescing": ("variants_trace", None, 8),
+                "sampling": ("variants_trace", None, 8)}
