@@ -32,7 +32,7 @@ def fault_mid_run(tmp_path, run_id, fault, *args, agents: int = 4) -> tuple[int,
         wait_for(lambda: (r := record_of(run_id)) and
                  sum(p["what"].startswith("agent") for p in r["processes"]) == agents
                  and (tmp_path / run_id / "agents" / "go").exists(),
-                 what=f"{agents} agents in the run record, started")
+                 timeout=180, what=f"{agents} agents in the run record, started")
         record = record_of(run_id)
         fault(record)
         out, _ = proc.communicate(timeout=120)
