@@ -474,7 +474,7 @@ def test_a_benchmark_killed_outright_is_cleaned_up_from_its_record(tmp_path):
 
 @pytest.mark.parametrize("args", [["switch", "--bits", "4", "--rate", "1000", "--seconds", "600",
                                    "--csv", "kept.csv"],
-                                  ["control", "--repeat", "1000000000"],
+                                  ["control", "--repeat", "1000"],
                                   ["testbed", "--table", "cost", "--mode", "ina", "--workers", "4",
                                    "--iterations", "6", "--csv", "kept.csv"]],
                          ids=["switch", "control", "testbed"])
