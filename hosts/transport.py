@@ -281,13 +281,14 @@ class _Receiver:
 
     def drain(self, sock, source) -> tuple[int, int]:
         """Read what is ready; returns (rows filled with results from ``source`` of the
-        right length, datagrams refused)."""
+        right length, datagrams refused). A longer datagram is refused, not taken cut
+        to a row (``MSG_TRUNC`` gives its whole length)."""
         recvfrom_into, expected = sock.recvfrom_into, self.expected
         kept = refused = 0
         views = self.views
         while kept < self.BATCH:
             try:
-                size, sender = recvfrom_into(views[kept])
+                size, sender = recvfrom_into(views[kept], 0, socket.MSG_TRUNC)
             except BlockingIOError:
                 break
             if size != expected or sender != source:

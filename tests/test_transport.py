@@ -116,8 +116,11 @@ class FakeSwitch(threading.Thread):
             result["words"] = 2 * chunk["words"]
             other_worker = result.copy()
             other_worker["worker"] += 1
+            wrong = result.copy()
+            wrong["words"] = 3 * chunk["words"]
             for sock, datagram in ((self.other, result.tobytes()),
                                    (self.sock, result.tobytes()[:-4]),
+                                   (self.sock, wrong.tobytes() + bytes(4)),  # too long
                                    (self.sock, other_worker.tobytes()),
                                    (self.sock, chunk.tobytes())):
                 sock.sendto(datagram, worker)
@@ -162,7 +165,7 @@ def test_a_stream_refuses_what_is_not_its_result_and_counts_each():
     assert np.array_equal(results.astype(np.int64), expected)
     assert np.array_equal(agreed, exps)
     assert stats.retransmissions == 0 and switch.received == n
-    assert stats.refused == switch.refusable == 4 * n
+    assert stats.refused == switch.refusable == 5 * n
     assert stats.duplicates == n - 1 and stats.packets_received == 2 * n - 1
 
 
