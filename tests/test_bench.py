@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 
@@ -116,6 +117,37 @@ def test_codec_prints_the_reference_and_the_kernels_per_format():
             # to their printed precision: MB/s whole (+-0.5), ns to a tenth (+-0.05)
             low, high = 4e3 / (float(mbs) + 0.5), 4e3 / max(float(mbs) - 0.5, 0.5)
             assert low - 0.051 <= float(ns.strip("()")) <= high + 0.051, (mbs, ns)
+
+
+@pytest.mark.root
+def test_floor_measures_a_datagram_and_the_kernels_and_leaves_nothing(tmp_path):
+    """The datagrams crossed between two namespaces and were answered; each format's
+    floor is its packets' share plus its kernels', from the printed cost per chunk;
+    the veth pair, the endpoints and the record are gone afterwards."""
+    from qaina_bench.harness.running.record import record_dir
+    before = set(record_dir().glob("*.json")) if record_dir().exists() else set()
+    out = run(["floor", "--bits", "4", "--workers", "4", "--workers", "8", "--count", "3000",
+               "--repeat", "2"], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert "3000 with 32 in flight, 2 run(s)" in lines[0] and "lost 0" in lines[0], lines[0]
+    chunk_us = float(lines[0].split("the worker ")[1].split()[0])
+    assert 0.5 < chunk_us < 10_000
+    for line, (fmt, elements, n) in zip(lines[2:4], (("b=4 n=4: w=6 m=5", 1280, 4),
+                                                     ("b=4 n=8: w=7 m=4", 1024, 8))):
+        assert line.startswith(fmt), line
+        cells = line[len(fmt):].split()
+        assert int(cells[0]) == elements
+        encode, decode, packets, kernels, floor = map(float, cells[1:])
+        assert encode > 0 and decode > 0
+        assert packets == pytest.approx(n * chunk_us / elements, rel=0.02, abs=0.002)
+        assert kernels == pytest.approx(n * (encode + decode) / 1e3, rel=0.05, abs=0.002)
+        assert floor == pytest.approx(packets + kernels, abs=0.0015)
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    names = [line.split(": ")[1].split("@")[0] for line in links.splitlines()]
+    assert not [n for n in names if re.fullmatch(r"qb\d+f[wp]", n)], names
+    after = set(record_dir().glob("*.json")) if record_dir().exists() else set()
+    assert after <= before
 
 
 @pytest.mark.root
@@ -280,7 +312,7 @@ def test_an_option_no_chosen_table_takes_is_refused(args, fragment, monkeypatch)
     assert code == 2 and fragment in line and "add --table" in line, line
 
 
-@pytest.mark.parametrize("command", ["switch", "testbed", "control", "scale"])
+@pytest.mark.parametrize("command", ["switch", "testbed", "control", "scale", "floor"])
 def test_a_user_is_told_root_is_needed_in_one_line_before_any_work(command, monkeypatch,
                                                                    tmp_path):
     """Not argparse's usage (which listed 3 of the 5 commands), nothing recorded
@@ -314,10 +346,10 @@ def test_a_results_dir_that_is_a_file_is_one_line(monkeypatch, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
-def test_the_benchmarks_help_lists_all_five(monkeypatch):
+def test_the_benchmarks_help_lists_all_six(monkeypatch):
     code, out = invoke(["--help"], monkeypatch)
     assert code == 0 and all(c in out for c in ("switch", "codec", "testbed", "control",
-                                                "scale"))
+                                                "scale", "floor"))
     mod = subprocess.run([sys.executable, "-m", "qaina_bench.harness.benchmarks.bench",
                           "--help"], capture_output=True, text=True, timeout=120)
     assert mod.returncode == 0, mod.stderr

@@ -162,6 +162,36 @@ def bench_scale(sizes, clusters, iterations, bw, results_dir, repeat, csv_path):
             write_csv(Path(csv_path), rows)
 
 
+@bench.command("floor")
+@click.option("--bits", type=click.Choice([str(b) for b in BIT_WIDTHS]), multiple=True,
+              default=["4", "32"], show_default=True)
+@click.option("--workers", type=click.IntRange(1, 256), multiple=True, default=[4, 8],
+              show_default=True, help="workers of a job (repeat)")
+@click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
+              default="256", show_default=True, help="the qaina.p4 build: a chunk's words")
+@click.option("--count", type=click.IntRange(1000, 10_000_000), default=200_000,
+              show_default=True, help="datagrams of each run")
+@click.option("--window", type=click.IntRange(1, 4096), default=32, show_default=True,
+              help="datagrams in flight (up's default window of slots)")
+@click.option("--repeat", type=REPEATS, default=3, show_default=True,
+              help="runs of the datagram measurement (mean and range)")
+def bench_floor(bits, workers, words, count, window, repeat):
+    """The least CPU the agents spend per aggregated element: a datagram sent and its
+    answer received between two namespaces, and the encode and decode kernels (root)."""
+    from ...hosts.lanes import LaneError, LaneFormat
+    for b in bits:
+        for n in workers:
+            try:
+                LaneFormat(int(b), n)
+            except LaneError as exc:
+                raise click.ClickException(f"--bits {b} with --workers {n}: {exc}") from None
+    need_root("floor")
+    from .floorbench import floor_table
+    with benchmark_errors(NOTHING_KEPT):
+        floor_table(int(words), [int(b) for b in bits], list(workers), count, window, repeat,
+                    echo=click.echo)
+
+
 @bench.command("codec")
 @click.option("--bits", type=int, multiple=True, help="bit widths (default 4 and 32)")
 @click.option("--workers", type=click.IntRange(1, 256), default=4, show_default=True)

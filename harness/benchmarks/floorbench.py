@@ -1,0 +1,277 @@
+"""``bench floor``: the least CPU an aggregated element costs the agents on this machine.
+
+Whatever a run's Python does per batch, each of a job's ``n`` workers sends every
+chunk in one datagram, receives its result in another, and quantizes, packs, unpacks
+and dequantizes every element. This benchmark measures those two parts apart from
+everything else:
+
+* **a datagram and its answer**: a worker process sends chunk-sized datagrams (the
+  ``--payload-words`` build's) with a window in flight, one ``sendto`` each as the
+  agents do, to a peer that returns each; both run in network namespaces of their
+  own joined by a veth pair, as Mininet's hosts are. The worker's CPU time (user and
+  system, which on this kernel also carries the softirq work its calls set off) per
+  answer received is its cost per chunk; the peer's is printed beside it;
+* **the kernels**: ``bench codec``'s figures for the agents' one-pass encode and
+  decode (random numbers included), best of several timings on one core.
+
+Per million aggregated elements at ``n`` workers, a chunk of ``E`` elements (words x
+lanes of the format): ``n x chunk cost / E`` for the packets and ``n x (encode +
+decode)`` for the arithmetic; their sum is a floor for the agents alone, with nothing
+for Python per batch, the switch, the harness or waiting on a shared core.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import socket
+import subprocess
+import sys
+import time
+
+from ...hosts.codec_bench import measure as codec_measure
+from ...hosts.lanes import LaneFormat
+from ...p4.header import wire
+from ..running.record import RunRecord
+
+WORKER_IP, PEER_IP = "10.213.0.1", "10.213.0.2"  # inside the benchmark's own namespaces
+PORT = 20999
+SETTLE_S = 10.0  # the longest an endpoint waits for its interface, or for a datagram
+
+
+def _configure(ifname: str, address: str):
+    """In this process's fresh namespace: wait until ``ifname`` has been moved in, then
+    give it ``address`` and bring it and loopback up."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        try:
+            socket.if_nametoindex(ifname)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{ifname} never arrived in the namespace")
+            time.sleep(0.01)
+    for cmd in (["ip", "addr", "add", f"{address}/24", "dev", ifname],
+                ["ip", "link", "set", ifname, "up"], ["ip", "link", "set", "lo", "up"]):
+        subprocess.run(cmd, check=True)
+
+
+def _socket(address: str) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)  # as the agents'
+    sock.bind((address, PORT))
+    sock.setblocking(False)
+    return sock
+
+
+def _drain(sock, view, on_datagram) -> int:
+    got = 0
+    while True:
+        try:
+            size, sender = sock.recvfrom_into(view, 0, socket.MSG_TRUNC)
+        except BlockingIOError:
+            return got
+        got += 1
+        on_datagram(size, sender)
+
+
+def _worker(sock, size: int, count: int, window: int) -> dict:
+    """Send ``count`` datagrams of ``size`` bytes, at most ``window`` unanswered; a
+    datagram the kernel refuses (a full queue) or whose answer is lost is not waited
+    for."""
+    view = memoryview(bytearray(size))
+    poll = select.poll()
+    poll.register(sock, select.POLLIN)
+    dest = (PEER_IP, PORT)
+    sent = errors = 0
+    got = [0]
+
+    def answer(n, sender):
+        got[0] += 1
+
+    quiet_since = time.monotonic()
+    while got[0] + errors < count:
+        while sent < count and sent - errors - got[0] < window:
+            try:
+                sock.sendto(view, dest)
+            except OSError:
+                errors += 1
+            sent += 1
+        if poll.poll(100):
+            if _drain(sock, view, answer):
+                quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > 1.0:
+            break  # the rest were lost
+    return {"sent": sent, "send_errors": errors, "answers": got[0]}
+
+
+def _peer(sock, size: int, count: int) -> dict:
+    """Send every datagram back to its sender until ``count`` came or none for a while."""
+    view = memoryview(bytearray(size))
+    poll = select.poll()
+    poll.register(sock, select.POLLIN)
+    got = 0
+
+    def echo(n, sender):
+        try:
+            sock.sendto(view[:min(n, size)], sender)
+        except OSError:
+            pass
+
+    while got < count:
+        if not poll.poll(1000):
+            break
+        got += _drain(sock, view, echo)
+    return {"echoed": got}
+
+
+def endpoint(role: str, ifname: str, size: int, count: int, window: int):
+    """One endpoint, run inside ``unshare --net``: configure, say ready, wait for the
+    go on standard input, run, print what it did and its CPU time as JSON."""
+    address = WORKER_IP if role == "worker" else PEER_IP
+    _configure(ifname, address)
+    sock = _socket(address)
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
+    usage0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    done = _worker(sock, size, count, window) if role == "worker" else _peer(sock, size, count)
+    usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    done.update(cpu_s=usage.ru_utime - usage0.ru_utime + usage.ru_stime - usage0.ru_stime,
+                wall_s=wall - wall0)
+    print(json.dumps(done), flush=True)
+
+
+class _Pair:
+    """The veth pair and the two endpoint processes in namespaces of their own; every
+    name and PID in ``record`` before it exists, so that ``clean`` removes it."""
+
+    def __init__(self, record: RunRecord, size: int, count: int, window: int):
+        prefix = f"qb{os.getpid() % 10000}f"
+        self.ends = (f"{prefix}w", f"{prefix}p")
+        self.procs: list[subprocess.Popen] = []
+        for name in self.ends:
+            record.add_interface(name)
+        record.save()
+        subprocess.run(["ip", "link", "add", self.ends[0], "type", "veth", "peer", "name",
+                        self.ends[1]], check=True)
+        for role, name in zip(("worker", "peer"), self.ends):
+            proc = subprocess.Popen(
+                ["unshare", "--net", "--", sys.executable, "-m", __name__, role, name,
+                 str(size), str(count), str(window)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self.procs.append(proc)
+            record.add_process(proc.pid, f"floor benchmark {role}")
+            subprocess.run(["ip", "link", "set", name, "netns", str(proc.pid)], check=True)
+
+    def run(self, timeout: float) -> tuple[dict, dict]:
+        for proc in self.procs:
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"a floor benchmark endpoint did not start "
+                                   f"(exit {proc.wait(SETTLE_S)})")
+        peer, worker = self.procs[1], self.procs[0]
+        peer.stdin.write("go\n")
+        peer.stdin.flush()
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+        busy0 = busy_seconds()
+        out = {}
+        for role, proc in (("worker", worker), ("peer", peer)):
+            line, _ = proc.communicate(timeout=timeout)
+            out[role] = json.loads(line.strip().splitlines()[-1])
+        out["worker"]["machine_s"] = busy_seconds() - busy0
+        return out["worker"], out["peer"]
+
+    def remove(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        # the namespaces went with their processes, and the pair with them; a pair
+        # left in this namespace (stopped before it moved) goes here
+        subprocess.run(["ip", "link", "del", self.ends[0]], capture_output=True)
+
+
+def datagram_cost(words: int, count: int, window: int) -> dict:
+    """One measurement: the worker's and the peer's CPU microseconds per answered
+    datagram of a ``words``-word chunk."""
+    record = RunRecord(f"bench-{os.getpid()}-{time.monotonic_ns() % 10**9}")
+    pair = None
+    try:
+        pair = _Pair(record, wire(words).datagram_len, count, window)
+        worker, peer = pair.run(timeout=max(60.0, count / 1000))
+    finally:
+        if pair is not None:
+            pair.remove()
+        record.close()
+    answered = worker["answers"]
+    if not answered:
+        raise RuntimeError("no datagram was answered")
+    return {"worker_us": 1e6 * worker["cpu_s"] / answered,
+            "peer_us": 1e6 * peer["cpu_s"] / answered,
+            "machine_us": 1e6 * worker["machine_s"] / answered,
+            "answered": answered, "lost": count - answered,
+            "rate": answered / worker["wall_s"]}
+
+
+def busy_seconds() -> float:
+    """CPU seconds every core of the machine has spent busy since boot (``/proc/stat``:
+    user, system, irq, softirq, steal; niced work is left out, as the run's
+    ``cpu_busy`` leaves it out: it yields to the benchmark)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (ticks[0] + ticks[2] + sum(ticks[5:8])) / os.sysconf("SC_CLK_TCK")
+
+
+def floor_table(words: int, bits_list: list[int], workers_list: list[int], count: int,
+                window: int, repeat: int, echo=print) -> list[dict]:
+    """``bench floor``: the datagram cost (``repeat`` runs, mean and range), the
+    kernels' cost, and the floor per million aggregated elements of each format."""
+    runs = [datagram_cost(words, count, window) for _ in range(repeat)]
+    chunk = [r["worker_us"] for r in runs]
+    peer = [r["peer_us"] for r in runs]
+    machine = [r["machine_us"] for r in runs]
+    echo(f"a {wire(words).datagram_len}-byte datagram ({words} words) sent and answered "
+         f"over veth between two namespaces, {count} with {window} in flight, {repeat} "
+         f"run(s): the worker {_spread(chunk)} us of CPU per chunk, the peer "
+         f"{_spread(peer)} us, the whole machine {_spread(machine)} us; "
+         f"{min(r['rate'] for r in runs):,.0f}-"
+         f"{max(r['rate'] for r in runs):,.0f} answers/s; lost "
+         f"{sum(r['lost'] for r in runs)}")
+    echo(f"{'format':<22} {'elem/chunk':>10} {'encode ns':>9} {'decode ns':>9} "
+         f"{'packets':>8} {'kernels':>8} {'floor':>8}  (CPU s per million aggregated "
+         "elements, the job's agents together)")
+    rows = []
+    mean_chunk = sum(chunk) / len(chunk)
+    for bits in bits_list:
+        for n in workers_list:
+            fmt = LaneFormat(bits, n)
+            elements = words * fmt.lanes
+            codec = codec_measure(bits, n, 2**20, 20, words=words)
+            enc, dec = 4e3 / codec["kernel_encode"], 4e3 / codec["kernel_decode"]
+            packets = n * mean_chunk / elements
+            kernels = n * (enc + dec) / 1e3
+            row = {"format": fmt.describe(), "elements": elements, "encode_ns": enc,
+                   "decode_ns": dec, "packets": packets, "kernels": kernels,
+                   "floor": packets + kernels, "chunk_us": mean_chunk}
+            rows.append(row)
+            echo(f"{row['format']:<22} {elements:>10} {enc:>9.1f} {dec:>9.1f} "
+                 f"{packets:>8.3f} {kernels:>8.3f} {row['floor']:>8.3f}")
+    cores = len(os.sched_getaffinity(0))
+    echo(f"on {cores} cores the agents alone could aggregate at most cores / floor "
+         "million elements a second, in all jobs together")
+    return rows
+
+
+def _spread(values: list[float]) -> str:
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.2f}"
+    return f"{mean:.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+if __name__ == "__main__":
+    role, ifname, size, count, window = sys.argv[1:6]
+    endpoint(role, ifname, int(size), int(count), int(window))
