@@ -121,28 +121,34 @@ def test_codec_prints_the_reference_and_the_kernels_per_format():
 
 @pytest.mark.root
 def test_floor_measures_a_datagram_and_the_kernels_and_leaves_nothing(tmp_path):
-    """The datagrams crossed between two namespaces and were answered; each format's
-    floor is its packets' share plus its kernels', from the printed cost per chunk;
-    the veth pair, the endpoints and the record are gone afterwards."""
+    """The datagrams crossed between two namespaces and were answered, through UDP
+    sockets and through PACKET_MMAP rings; each format's floor is its packets' share
+    plus its kernels', from the printed cost per chunk; the veth pairs, the endpoints
+    and the records are gone afterwards."""
     from qaina_bench.harness.running.record import record_dir
     before = set(record_dir().glob("*.json")) if record_dir().exists() else set()
     out = run(["floor", "--bits", "4", "--workers", "4", "--workers", "8", "--count", "3000",
                "--repeat", "2"], tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert "3000 with 32 in flight, 2 run(s)" in lines[0] and "lost 0" in lines[0], lines[0]
-    chunk_us = float(lines[0].split("the worker ")[1].split()[0])
-    assert 0.5 < chunk_us < 10_000
-    for line, (fmt, elements, n) in zip(lines[2:4], (("b=4 n=4: w=6 m=5", 1280, 4),
+    chunk_us = {}
+    for line, method in zip(lines[:2], ("sockets", "rings")):
+        assert line.startswith(f"{method}: a 1036-byte datagram (256 words)"), line
+        assert "3000 with 32 in flight, 2 run(s)" in line and "lost 0" in line, line
+        chunk_us[method] = float(line.split("the worker ")[1].split()[0])
+        assert 0.5 < chunk_us[method] < 10_000
+    for line, (fmt, elements, n) in zip(lines[3:5], (("b=4 n=4: w=6 m=5", 1280, 4),
                                                      ("b=4 n=8: w=7 m=4", 1024, 8))):
         assert line.startswith(fmt), line
         cells = line[len(fmt):].split()
         assert int(cells[0]) == elements
-        encode, decode, packets, kernels, floor = map(float, cells[1:])
+        encode, decode, kernels, *by_method = map(float, cells[1:])
         assert encode > 0 and decode > 0
-        assert packets == pytest.approx(n * chunk_us / elements, rel=0.02, abs=0.002)
         assert kernels == pytest.approx(n * (encode + decode) / 1e3, rel=0.05, abs=0.002)
-        assert floor == pytest.approx(packets + kernels, abs=0.0015)
+        for method, (packets, floor) in zip(chunk_us, zip(by_method[::2], by_method[1::2])):
+            assert packets == pytest.approx(n * chunk_us[method] / elements, rel=0.02,
+                                            abs=0.002)
+            assert floor == pytest.approx(packets + kernels, abs=0.0015)
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     names = [line.split(": ")[1].split("@")[0] for line in links.splitlines()]
     assert not [n for n in names if re.fullmatch(r"qb\d+f[wp]", n)], names

@@ -177,7 +177,9 @@ def bench_scale(sizes, clusters, iterations, bw, results_dir, repeat, csv_path):
               help="runs of the datagram measurement (mean and range)")
 def bench_floor(bits, workers, words, count, window, repeat):
     """The least CPU the agents spend per aggregated element: a datagram sent and its
-    answer received between two namespaces, and the encode and decode kernels (root)."""
+    answer received between two namespaces (through UDP sockets, as the agents, and
+    through PACKET_MMAP rings, as the switch's ports), and the encode and decode
+    kernels (root)."""
     from ...hosts.lanes import LaneError, LaneFormat
     for b in bits:
         for n in workers:

@@ -6,18 +6,25 @@ and dequantizes every element. This benchmark measures those two parts apart fro
 everything else:
 
 * **a datagram and its answer**: a worker process sends chunk-sized datagrams (the
-  ``--payload-words`` build's) with a window in flight, one ``sendto`` each as the
-  agents do, to a peer that returns each; both run in network namespaces of their
-  own joined by a veth pair, as Mininet's hosts are. The worker's CPU time (user and
-  system, which on this kernel also carries the softirq work its calls set off) per
-  answer received is its cost per chunk; the peer's is printed beside it;
+  ``--payload-words`` build's) with a window in flight to a peer that returns each;
+  both run in network namespaces of their own joined by a veth pair, as Mininet's
+  hosts are. Two ways: ``sockets``, a UDP socket with one ``sendto`` and one
+  ``recvfrom_into`` per datagram (what the agents do), and ``rings``, PACKET_MMAP
+  rings with one call per block sent and none per frame received (what the embedded
+  switch's ports do; an agent would have to build and filter its frames itself).
+  The worker's CPU time (user and system, which on this kernel also carries the
+  softirq work its calls set off) per answer received is its cost per chunk; the
+  peer's, and the whole machine's busy time (niced work left out), are printed
+  beside it;
 * **the kernels**: ``bench codec``'s figures for the agents' one-pass encode and
   decode (random numbers included), best of several timings on one core.
 
 Per million aggregated elements at ``n`` workers, a chunk of ``E`` elements (words x
 lanes of the format): ``n x chunk cost / E`` for the packets and ``n x (encode +
 decode)`` for the arithmetic; their sum is a floor for the agents alone, with nothing
-for Python per batch, the switch, the harness or waiting on a shared core.
+for Python per batch, the switch, the harness or waiting on a shared core. The
+machine's busy time per answer, less the worker's, bounds what the other end (the
+switch, in a run) and the kernel's work outside both cost at least.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 from ...hosts.codec_bench import measure as codec_measure
 from ...hosts.lanes import LaneFormat
 from ...p4.header import wire
@@ -39,6 +48,9 @@ from ..running.record import RunRecord
 WORKER_IP, PEER_IP = "10.213.0.1", "10.213.0.2"  # inside the benchmark's own namespaces
 PORT = 20999
 SETTLE_S = 10.0  # the longest an endpoint waits for its interface, or for a datagram
+ETH_HLEN = 14
+RING_READ = 256  # frames a ring endpoint takes per read at most
+METHODS = ("sockets", "rings")
 
 
 def _configure(ifname: str, address: str):
@@ -127,17 +139,79 @@ def _peer(sock, size: int, count: int) -> dict:
     return {"echoed": got}
 
 
-def endpoint(role: str, ifname: str, size: int, count: int, window: int):
+def _ring_frames(size: int, count: int) -> np.ndarray:
+    """``count`` Ethernet frames carrying ``size`` bytes each, of a local experimental
+    EtherType (no protocol of the namespaces' stacks takes them)."""
+    frames = np.zeros((count, ETH_HLEN + size), dtype=np.uint8)
+    frames[:, 0:6] = 0xFF
+    frames[:, 6:12] = (0x02, 0, 0, 0, 0, 1)
+    frames[:, 12:14] = (0x88, 0xB5)
+    return frames
+
+
+def _ring_worker(port, size: int, count: int, window: int) -> dict:
+    """``_worker`` through PACKET_MMAP rings: a block of frames per send call, every
+    ready frame per read."""
+    frames = _ring_frames(size, window)
+    poll = select.poll()
+    poll.register(port.sock, select.POLLIN)
+    sent = got = 0
+    quiet_since = time.monotonic()
+    while got < count:
+        room = min(window - (sent - got), count - sent)
+        if room >= min(window // 4 or 1, count - sent) and room > 0:
+            port.send_block(frames[:room])
+            port.flush()
+            sent += room
+        if poll.poll(100):
+            _, lengths, _ = port.receive(RING_READ)
+            port.release()
+            if lengths:
+                got += len(lengths)
+                quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > 1.0:
+            break
+    return {"sent": sent, "send_errors": port.tx_errors, "answers": got}
+
+
+def _ring_peer(port, size: int, count: int) -> dict:
+    """``_peer`` through PACKET_MMAP rings: every frame of a read back in one block."""
+    poll = select.poll()
+    poll.register(port.sock, select.POLLIN)
+    got = 0
+    while got < count:
+        if not poll.poll(1000):
+            break
+        _, lengths, frames = port.receive(RING_READ)
+        if lengths:
+            port.send_block(frames[:len(lengths), :ETH_HLEN + size])
+            port.flush()
+            got += len(lengths)
+        port.release()
+    return {"echoed": got}
+
+
+def endpoint(method: str, role: str, ifname: str, size: int, count: int, window: int):
     """One endpoint, run inside ``unshare --net``: configure, say ready, wait for the
     go on standard input, run, print what it did and its CPU time as JSON."""
     address = WORKER_IP if role == "worker" else PEER_IP
     _configure(ifname, address)
-    sock = _socket(address)
+    if method == "rings":
+        from ...p4.embedded.ports import Port
+        port = Port(1, ifname)
+        if port.rx_mode != "ring" or port.tx_mode != "ring":
+            raise SystemExit(f"{ifname}: no PACKET_MMAP rings here")
+        run = (lambda: _ring_worker(port, size, count, window)) if role == "worker" else (
+            lambda: _ring_peer(port, size, count))
+    else:
+        sock = _socket(address)
+        run = (lambda: _worker(sock, size, count, window)) if role == "worker" else (
+            lambda: _peer(sock, size, count))
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return
     usage0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    done = _worker(sock, size, count, window) if role == "worker" else _peer(sock, size, count)
+    done = run()
     usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     done.update(cpu_s=usage.ru_utime - usage0.ru_utime + usage.ru_stime - usage0.ru_stime,
                 wall_s=wall - wall0)
@@ -148,7 +222,7 @@ class _Pair:
     """The veth pair and the two endpoint processes in namespaces of their own; every
     name and PID in ``record`` before it exists, so that ``clean`` removes it."""
 
-    def __init__(self, record: RunRecord, size: int, count: int, window: int):
+    def __init__(self, record: RunRecord, method: str, size: int, count: int, window: int):
         prefix = f"qb{os.getpid() % 10000}f"
         self.ends = (f"{prefix}w", f"{prefix}p")
         self.procs: list[subprocess.Popen] = []
@@ -159,8 +233,8 @@ class _Pair:
                         self.ends[1]], check=True)
         for role, name in zip(("worker", "peer"), self.ends):
             proc = subprocess.Popen(
-                ["unshare", "--net", "--", sys.executable, "-m", __name__, role, name,
-                 str(size), str(count), str(window)],
+                ["unshare", "--net", "--", sys.executable, "-m", __name__, method, role,
+                 name, str(size), str(count), str(window)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             self.procs.append(proc)
             record.add_process(proc.pid, f"floor benchmark {role}")
@@ -194,13 +268,15 @@ class _Pair:
         subprocess.run(["ip", "link", "del", self.ends[0]], capture_output=True)
 
 
-def datagram_cost(words: int, count: int, window: int) -> dict:
+def datagram_cost(method: str, words: int, count: int, window: int) -> dict:
     """One measurement: the worker's and the peer's CPU microseconds per answered
-    datagram of a ``words``-word chunk."""
+    datagram of a ``words``-word chunk, sent and received by ``method``: ``sockets``
+    (a UDP socket, one call per datagram, as the agents) or ``rings`` (PACKET_MMAP
+    rings, a call per block, as the embedded switch's ports)."""
     record = RunRecord(f"bench-{os.getpid()}-{time.monotonic_ns() % 10**9}")
     pair = None
     try:
-        pair = _Pair(record, wire(words).datagram_len, count, window)
+        pair = _Pair(record, method, wire(words).datagram_len, count, window)
         worker, peer = pair.run(timeout=max(60.0, count / 1000))
     finally:
         if pair is not None:
@@ -226,39 +302,43 @@ def busy_seconds() -> float:
 
 
 def floor_table(words: int, bits_list: list[int], workers_list: list[int], count: int,
-                window: int, repeat: int, echo=print) -> list[dict]:
-    """``bench floor``: the datagram cost (``repeat`` runs, mean and range), the
-    kernels' cost, and the floor per million aggregated elements of each format."""
-    runs = [datagram_cost(words, count, window) for _ in range(repeat)]
-    chunk = [r["worker_us"] for r in runs]
-    peer = [r["peer_us"] for r in runs]
-    machine = [r["machine_us"] for r in runs]
-    echo(f"a {wire(words).datagram_len}-byte datagram ({words} words) sent and answered "
-         f"over veth between two namespaces, {count} with {window} in flight, {repeat} "
-         f"run(s): the worker {_spread(chunk)} us of CPU per chunk, the peer "
-         f"{_spread(peer)} us, the whole machine {_spread(machine)} us; "
-         f"{min(r['rate'] for r in runs):,.0f}-"
-         f"{max(r['rate'] for r in runs):,.0f} answers/s; lost "
-         f"{sum(r['lost'] for r in runs)}")
+                window: int, repeat: int, methods=METHODS, echo=print) -> list[dict]:
+    """``bench floor``: the datagram cost of each method (``repeat`` runs each, mean
+    and range), the kernels' cost, and the floor per million aggregated elements of
+    each format with each method."""
+    chunk_us = {}
+    size = wire(words).datagram_len
+    for method in methods:
+        runs = [datagram_cost(method, words, count, window) for _ in range(repeat)]
+        chunk = [r["worker_us"] for r in runs]
+        chunk_us[method] = sum(chunk) / len(chunk)
+        echo(f"{method}: a {size}-byte datagram ({words} words) sent and answered over "
+             f"veth between two namespaces, {count} with {window} in flight, {repeat} "
+             f"run(s): the worker {_spread(chunk)} us of CPU per chunk, the peer "
+             f"{_spread([r['peer_us'] for r in runs])} us, the whole machine "
+             f"{_spread([r['machine_us'] for r in runs])} us; "
+             f"{min(r['rate'] for r in runs):,.0f}-{max(r['rate'] for r in runs):,.0f} "
+             f"answers/s; lost {sum(r['lost'] for r in runs)}")
     echo(f"{'format':<22} {'elem/chunk':>10} {'encode ns':>9} {'decode ns':>9} "
-         f"{'packets':>8} {'kernels':>8} {'floor':>8}  (CPU s per million aggregated "
-         "elements, the job's agents together)")
+         f"{'kernels':>8} " + " ".join(f"{m:>8} {'floor':>8}" for m in methods)
+         + "  (CPU s per million aggregated elements, the job's agents together)")
     rows = []
-    mean_chunk = sum(chunk) / len(chunk)
     for bits in bits_list:
         for n in workers_list:
             fmt = LaneFormat(bits, n)
             elements = words * fmt.lanes
             codec = codec_measure(bits, n, 2**20, 20, words=words)
             enc, dec = 4e3 / codec["kernel_encode"], 4e3 / codec["kernel_decode"]
-            packets = n * mean_chunk / elements
             kernels = n * (enc + dec) / 1e3
             row = {"format": fmt.describe(), "elements": elements, "encode_ns": enc,
-                   "decode_ns": dec, "packets": packets, "kernels": kernels,
-                   "floor": packets + kernels, "chunk_us": mean_chunk}
+                   "decode_ns": dec, "kernels": kernels}
+            for method in methods:
+                row[method] = n * chunk_us[method] / elements
+                row[f"floor_{method}"] = row[method] + kernels
             rows.append(row)
             echo(f"{row['format']:<22} {elements:>10} {enc:>9.1f} {dec:>9.1f} "
-                 f"{packets:>8.3f} {kernels:>8.3f} {row['floor']:>8.3f}")
+                 f"{kernels:>8.3f} " + " ".join(
+                     f"{row[m]:>8.3f} {row['floor_' + m]:>8.3f}" for m in methods))
     cores = len(os.sched_getaffinity(0))
     echo(f"on {cores} cores the agents alone could aggregate at most cores / floor "
          "million elements a second, in all jobs together")
@@ -273,5 +353,5 @@ def _spread(values: list[float]) -> str:
 
 
 if __name__ == "__main__":
-    role, ifname, size, count, window = sys.argv[1:6]
-    endpoint(role, ifname, int(size), int(count), int(window))
+    method, role, ifname, size, count, window = sys.argv[1:7]
+    endpoint(method, role, ifname, int(size), int(count), int(window))
