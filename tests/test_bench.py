@@ -352,6 +352,25 @@ def test_a_results_dir_that_is_a_file_is_one_line(monkeypatch, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+@pytest.mark.root
+def test_floor_whose_interface_name_is_taken_is_one_line_and_leaves_it(monkeypatch):
+    """A pair left by a benchmark killed before (here another of the same name): one
+    line saying so and what removes it; the interface that was there stays."""
+    import os
+    taken = f"qb{os.getpid() % 10000}fw"
+    subprocess.run(["ip", "link", "add", taken, "type", "veth", "peer", "name",
+                    f"qbt{os.getpid() % 10000}"], check=True)
+    try:
+        code, out = invoke(["floor", "--count", "1000", "--repeat", "1"], monkeypatch)
+        assert code == 1
+        line = one_error_line(out)
+        assert line.startswith(f"Error: bench floor: ip link add {taken} type veth"), line
+        assert "exists" in line and "qaina-bench clean" in line, line
+        assert subprocess.run(["ip", "link", "show", taken], capture_output=True).returncode == 0
+    finally:
+        subprocess.run(["ip", "link", "del", taken], capture_output=True)
+
+
 def test_the_benchmarks_help_lists_all_six(monkeypatch):
     code, out = invoke(["--help"], monkeypatch)
     assert code == 0 and all(c in out for c in ("switch", "codec", "testbed", "control",

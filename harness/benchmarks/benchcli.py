@@ -188,10 +188,13 @@ def bench_floor(bits, workers, words, count, window, repeat):
             except LaneError as exc:
                 raise click.ClickException(f"--bits {b} with --workers {n}: {exc}") from None
     need_root("floor")
-    from .floorbench import floor_table
+    from .floorbench import FloorError, floor_table
     with benchmark_errors(NOTHING_KEPT):
-        floor_table(int(words), [int(b) for b in bits], list(workers), count, window, repeat,
-                    echo=click.echo)
+        try:
+            floor_table(int(words), [int(b) for b in bits], list(workers), count, window,
+                        repeat, echo=click.echo)
+        except FloorError as exc:
+            fail(f"bench floor: {exc}")
 
 
 @bench.command("codec")

@@ -53,6 +53,19 @@ RING_READ = 256  # frames a ring endpoint takes per read at most
 METHODS = ("sockets", "rings")
 
 
+class FloorError(RuntimeError):
+    """The benchmark could not measure (one line: what failed)."""
+
+
+def _ip(*args: str):
+    """``ip ARGS``; FloorError with what it said when it fails."""
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if done.returncode:
+        raise FloorError(f"ip {' '.join(args)}: {done.stderr.strip() or 'failed'}"
+                         + (" (a benchmark killed before? qaina-bench clean removes what "
+                            "it left)" if "exists" in done.stderr else ""))
+
+
 def _configure(ifname: str, address: str):
     """In this process's fresh namespace: wait until ``ifname`` has been moved in, then
     give it ``address`` and bring it and loopback up."""
@@ -63,11 +76,11 @@ def _configure(ifname: str, address: str):
             break
         except OSError:
             if time.monotonic() > deadline:
-                raise SystemExit(f"{ifname} never arrived in the namespace")
+                raise FloorError(f"{ifname} never arrived in the namespace")
             time.sleep(0.01)
-    for cmd in (["ip", "addr", "add", f"{address}/24", "dev", ifname],
-                ["ip", "link", "set", ifname, "up"], ["ip", "link", "set", "lo", "up"]):
-        subprocess.run(cmd, check=True)
+    _ip("addr", "add", f"{address}/24", "dev", ifname)
+    _ip("link", "set", ifname, "up")
+    _ip("link", "set", "lo", "up")
 
 
 def _socket(address: str) -> socket.socket:
@@ -200,7 +213,7 @@ def endpoint(method: str, role: str, ifname: str, size: int, count: int, window:
         from ...p4.embedded.ports import Port
         port = Port(1, ifname)
         if port.rx_mode != "ring" or port.tx_mode != "ring":
-            raise SystemExit(f"{ifname}: no PACKET_MMAP rings here")
+            raise FloorError(f"{ifname}: no PACKET_MMAP rings here")
         run = (lambda: _ring_worker(port, size, count, window)) if role == "worker" else (
             lambda: _ring_peer(port, size, count))
     else:
@@ -229,8 +242,7 @@ class _Pair:
         for name in self.ends:
             record.add_interface(name)
         record.save()
-        subprocess.run(["ip", "link", "add", self.ends[0], "type", "veth", "peer", "name",
-                        self.ends[1]], check=True)
+        _ip("link", "add", self.ends[0], "type", "veth", "peer", "name", self.ends[1])
         for role, name in zip(("worker", "peer"), self.ends):
             proc = subprocess.Popen(
                 ["unshare", "--net", "--", sys.executable, "-m", __name__, method, role,
@@ -238,13 +250,13 @@ class _Pair:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             self.procs.append(proc)
             record.add_process(proc.pid, f"floor benchmark {role}")
-            subprocess.run(["ip", "link", "set", name, "netns", str(proc.pid)], check=True)
+            _ip("link", "set", name, "netns", str(proc.pid))
 
     def run(self, timeout: float) -> tuple[dict, dict]:
         for proc in self.procs:
             if proc.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"a floor benchmark endpoint did not start "
-                                   f"(exit {proc.wait(SETTLE_S)})")
+                raise FloorError(f"a floor benchmark endpoint did not start (exit "
+                                 f"{proc.wait(SETTLE_S)}; what it said is above)")
         peer, worker = self.procs[1], self.procs[0]
         peer.stdin.write("go\n")
         peer.stdin.flush()
@@ -253,8 +265,12 @@ class _Pair:
         busy0 = busy_seconds()
         out = {}
         for role, proc in (("worker", worker), ("peer", peer)):
-            line, _ = proc.communicate(timeout=timeout)
-            out[role] = json.loads(line.strip().splitlines()[-1])
+            try:
+                line, _ = proc.communicate(timeout=timeout)
+                out[role] = json.loads(line.strip().splitlines()[-1])
+            except (subprocess.TimeoutExpired, ValueError, IndexError):
+                raise FloorError(f"the {role} did not finish within {timeout:.0f} s "
+                                 f"(exit {proc.poll()})") from None
         out["worker"]["machine_s"] = busy_seconds() - busy0
         return out["worker"], out["peer"]
 
@@ -284,7 +300,7 @@ def datagram_cost(method: str, words: int, count: int, window: int) -> dict:
         record.close()
     answered = worker["answers"]
     if not answered:
-        raise RuntimeError("no datagram was answered")
+        raise FloorError("no datagram was answered")
     return {"worker_us": 1e6 * worker["cpu_s"] / answered,
             "peer_us": 1e6 * peer["cpu_s"] / answered,
             "machine_us": 1e6 * worker["machine_s"] / answered,
@@ -354,4 +370,7 @@ def _spread(values: list[float]) -> str:
 
 if __name__ == "__main__":
     method, role, ifname, size, count, window = sys.argv[1:7]
-    endpoint(method, role, ifname, int(size), int(count), int(window))
+    try:
+        endpoint(method, role, ifname, int(size), int(count), int(window))
+    except (FloorError, OSError) as exc:
+        raise SystemExit(f"floor benchmark {role}: {exc}") from None
