@@ -49,6 +49,7 @@ WORKER_IP, PEER_IP = "10.213.0.1", "10.213.0.2"  # inside the benchmark's own na
 PORT = 20999
 SETTLE_S = 10.0  # the longest an endpoint waits for its interface, or for a datagram
 ETH_HLEN = 14
+ETHERTYPE = b"\x88\xb5"  # IEEE 802 local experimental: the benchmark's own frames
 RING_READ = 256  # frames a ring endpoint takes per read at most
 METHODS = ("sockets", "rings")
 
@@ -78,6 +79,8 @@ def _configure(ifname: str, address: str):
             if time.monotonic() > deadline:
                 raise FloorError(f"{ifname} never arrived in the namespace")
             time.sleep(0.01)
+    with open("/proc/sys/net/ipv6/conf/all/disable_ipv6", "w") as f:
+        f.write("1")  # no router solicitations or MLD reports among the frames
     _ip("addr", "add", f"{address}/24", "dev", ifname)
     _ip("link", "set", ifname, "up")
     _ip("link", "set", "lo", "up")
@@ -152,20 +155,30 @@ def _peer(sock, size: int, count: int) -> dict:
     return {"echoed": got}
 
 
+def _ours(slots, lengths, frames) -> int:
+    """How many of a read's frames carry the benchmark's EtherType."""
+    if not lengths:
+        return 0
+    if frames is None:  # some had to be copied apart: look at each
+        return sum(1 for buf, _ in slots if bytes(buf[12:14]) == ETHERTYPE)
+    return int(np.count_nonzero((frames[:len(lengths), 12] == ETHERTYPE[0])
+                                & (frames[:len(lengths), 13] == ETHERTYPE[1])))
+
+
 def _ring_frames(size: int, count: int) -> np.ndarray:
     """``count`` Ethernet frames carrying ``size`` bytes each, of a local experimental
     EtherType (no protocol of the namespaces' stacks takes them)."""
     frames = np.zeros((count, ETH_HLEN + size), dtype=np.uint8)
     frames[:, 0:6] = 0xFF
     frames[:, 6:12] = (0x02, 0, 0, 0, 0, 1)
-    frames[:, 12:14] = (0x88, 0xB5)
+    frames[:, 12:14] = tuple(ETHERTYPE)
     return frames
 
 
 def _ring_worker(port, size: int, count: int, window: int) -> dict:
     """``_worker`` through PACKET_MMAP rings: a block of frames per send call, every
     ready frame per read."""
-    frames = _ring_frames(size, window)
+    block = _ring_frames(size, window)
     poll = select.poll()
     poll.register(port.sock, select.POLLIN)
     sent = got = 0
@@ -173,14 +186,18 @@ def _ring_worker(port, size: int, count: int, window: int) -> dict:
     while got < count:
         room = min(window - (sent - got), count - sent)
         if room >= min(window // 4 or 1, count - sent) and room > 0:
-            port.send_block(frames[:room])
+            port.send_block(block[:room])
             port.flush()
             sent += room
-        if poll.poll(100):
-            _, lengths, _ = port.receive(RING_READ)
+        events = poll.poll(100)
+        if events:
+            if _broken(port, events):
+                break
+            slots, lengths, frames = port.receive(RING_READ)
+            ours = _ours(slots, lengths, frames)
             port.release()
-            if lengths:
-                got += len(lengths)
+            if ours:
+                got += ours
                 quiet_since = time.monotonic()
         elif time.monotonic() - quiet_since > 1.0:
             break
@@ -192,16 +209,39 @@ def _ring_peer(port, size: int, count: int) -> dict:
     poll = select.poll()
     poll.register(port.sock, select.POLLIN)
     got = 0
-    while got < count:
-        if not poll.poll(1000):
+    quiet_since = time.monotonic()
+    while got < count and time.monotonic() - quiet_since < 1.0:
+        events = poll.poll(1000)
+        if _broken(port, events):
             break
-        _, lengths, frames = port.receive(RING_READ)
-        if lengths:
-            port.send_block(frames[:len(lengths), :ETH_HLEN + size])
+        slots, lengths, frames = port.receive(RING_READ)
+        ours = _ours(slots, lengths, frames)
+        if ours == len(lengths) and frames is not None and ours:
+            port.send_block(frames[:ours, :ETH_HLEN + size])
+        elif ours:  # others among them: ours one by one
+            for buf, _ in slots:
+                if bytes(buf[12:14]) == ETHERTYPE:
+                    port.send(buf[:ETH_HLEN + size])
+        if ours:
             port.flush()
-            got += len(lengths)
+            got += ours
+            quiet_since = time.monotonic()
         port.release()
     return {"echoed": got}
+
+
+def _broken(port, events) -> bool:
+    """The port's interface is gone (the other end's namespace went, and the veth
+    pair with it). An error the socket reports (the link went down and up, say) is
+    read, and so cleared: poll reports it until then."""
+    if not any(ev & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, ev in events):
+        return False
+    port.clear_error()
+    try:
+        socket.if_nametoindex(port.ifname)
+    except OSError:
+        return True
+    return False
 
 
 def endpoint(method: str, role: str, ifname: str, size: int, count: int, window: int):
