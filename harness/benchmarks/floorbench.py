@@ -248,6 +248,7 @@ def endpoint(method: str, role: str, ifname: str, size: int, count: int, window:
     """One endpoint, run inside ``unshare --net``: configure, say ready, wait for the
     go on standard input, run, print what it did and its CPU time as JSON."""
     address = WORKER_IP if role == "worker" else PEER_IP
+    print("in", flush=True)  # in a namespace of its own now: the interface may come
     _configure(ifname, address)
     if method == "rings":
         from ...p4.embedded.ports import Port
@@ -275,14 +276,20 @@ class _Pair:
     """The veth pair and the two endpoint processes in namespaces of their own; every
     name and PID in ``record`` before it exists, so that ``clean`` removes it."""
 
-    def __init__(self, record: RunRecord, method: str, size: int, count: int, window: int):
+    def __init__(self, record: RunRecord):
         prefix = f"qb{os.getpid() % 10000}f"
         self.ends = (f"{prefix}w", f"{prefix}p")
         self.procs: list[subprocess.Popen] = []
+        self.record = record
+        self.made = False
+
+    def start(self, method: str, size: int, count: int, window: int):
+        record = self.record
         for name in self.ends:
             record.add_interface(name)
         record.save()
         _ip("link", "add", self.ends[0], "type", "veth", "peer", "name", self.ends[1])
+        self.made = True
         for role, name in zip(("worker", "peer"), self.ends):
             proc = subprocess.Popen(
                 ["unshare", "--net", "--", sys.executable, "-m", __name__, method, role,
@@ -290,7 +297,10 @@ class _Pair:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             self.procs.append(proc)
             record.add_process(proc.pid, f"floor benchmark {role}")
-            _ip("link", "set", name, "netns", str(proc.pid))
+            if proc.stdout.readline().strip() != "in":  # moved before it unshared, the
+                raise FloorError(f"the floor benchmark's {role} did not start (exit "
+                                 f"{proc.wait(SETTLE_S)}; what it said is above)")
+            _ip("link", "set", name, "netns", str(proc.pid))  # interface would stay here
 
     def run(self, timeout: float) -> tuple[dict, dict]:
         for proc in self.procs:
@@ -321,7 +331,8 @@ class _Pair:
             proc.wait()
         # the namespaces went with their processes, and the pair with them; a pair
         # left in this namespace (stopped before it moved) goes here
-        subprocess.run(["ip", "link", "del", self.ends[0]], capture_output=True)
+        if self.made:
+            subprocess.run(["ip", "link", "del", self.ends[0]], capture_output=True)
 
 
 def datagram_cost(method: str, words: int, count: int, window: int) -> dict:
@@ -330,13 +341,12 @@ def datagram_cost(method: str, words: int, count: int, window: int) -> dict:
     (a UDP socket, one call per datagram, as the agents) or ``rings`` (PACKET_MMAP
     rings, a call per block, as the embedded switch's ports)."""
     record = RunRecord(f"bench-{os.getpid()}-{time.monotonic_ns() % 10**9}")
-    pair = None
+    pair = _Pair(record)
     try:
-        pair = _Pair(record, method, wire(words).datagram_len, count, window)
+        pair.start(method, wire(words).datagram_len, count, window)
         worker, peer = pair.run(timeout=max(60.0, count / 1000))
     finally:
-        if pair is not None:
-            pair.remove()
+        pair.remove()
         record.close()
     answered = worker["answers"]
     if not answered:
