@@ -95,6 +95,8 @@ def _socket(address: str) -> socket.socket:
 
 
 def _drain(sock, view, on_datagram) -> int:
+    """Read every datagram that is ready into ``view``, calling ``on_datagram(size,
+    sender)`` for each; returns how many."""
     got = 0
     while True:
         try:
