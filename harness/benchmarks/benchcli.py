@@ -162,6 +162,18 @@ def bench_scale(sizes, clusters, iterations, bw, results_dir, repeat, csv_path):
             write_csv(Path(csv_path), rows)
 
 
+def check_formats(bits, workers):
+    """One line, before any work, for a bit width and worker count that make no lane
+    format."""
+    from ...hosts.lanes import LaneError, LaneFormat
+    for b in bits:
+        for n in workers:
+            try:
+                LaneFormat(int(b), n)
+            except LaneError as exc:
+                raise click.ClickException(f"--bits {b} with --workers {n}: {exc}") from None
+
+
 @bench.command("floor")
 @click.option("--bits", type=click.Choice([str(b) for b in BIT_WIDTHS]), multiple=True,
               default=["4", "32"], show_default=True)
@@ -180,13 +192,7 @@ def bench_floor(bits, workers, words, count, window, repeat):
     answer received between two namespaces (through UDP sockets, as the agents, and
     through PACKET_MMAP rings, as the switch's ports), and the encode and decode
     kernels (root)."""
-    from ...hosts.lanes import LaneError, LaneFormat
-    for b in bits:
-        for n in workers:
-            try:
-                LaneFormat(int(b), n)
-            except LaneError as exc:
-                raise click.ClickException(f"--bits {b} with --workers {n}: {exc}") from None
+    check_formats(bits, workers)
     need_root("floor")
     from .floorbench import FloorError, floor_table
     with benchmark_errors(NOTHING_KEPT):
@@ -209,12 +215,7 @@ def bench_codec(bits, workers, words, repeats):
     """Agent encode/decode throughput, numpy reference and the agents' kernels (fp32
     MB/s and ns per element, one core)."""
     from ...hosts import codec_bench
-    from ...hosts.lanes import LaneError, LaneFormat
-    for b in bits or (4, 32):  # every width, at this many workers, before any timing
-        try:
-            LaneFormat(b, workers)
-        except LaneError as exc:
-            raise click.ClickException(f"--bits {b} with --workers {workers}: {exc}") from None
+    check_formats(bits or (4, 32), [workers])  # before any timing
     args = ["--workers", str(workers), "--words", words, "--repeats", str(repeats)]
     if bits:
         args += ["--bits", *map(str, bits)]

@@ -43,6 +43,8 @@ import numpy as np
 from ...hosts.codec_bench import measure as codec_measure
 from ...hosts.lanes import LaneFormat
 from ...p4.header import wire
+from ..results.fidelity import BUSY_STATES
+from ..running.cpustat import machine_times
 from ..running.record import RunRecord
 
 WORKER_IP, PEER_IP = "10.213.0.1", "10.213.0.2"  # inside the benchmark's own namespaces
@@ -157,12 +159,16 @@ def _peer(sock, size: int, count: int) -> dict:
     return {"echoed": got}
 
 
+def _is_ours(buf) -> bool:
+    return bytes(buf[12:14]) == ETHERTYPE
+
+
 def _ours(slots, lengths, frames) -> int:
     """How many of a read's frames carry the benchmark's EtherType."""
     if not lengths:
         return 0
     if frames is None:  # some had to be copied apart: look at each
-        return sum(1 for buf, _ in slots if bytes(buf[12:14]) == ETHERTYPE)
+        return sum(1 for buf, _ in slots if _is_ours(buf))
     return int(np.count_nonzero((frames[:len(lengths), 12] == ETHERTYPE[0])
                                 & (frames[:len(lengths), 13] == ETHERTYPE[1])))
 
@@ -222,7 +228,7 @@ def _ring_peer(port, size: int, count: int) -> dict:
             port.send_block(frames[:ours, :ETH_HLEN + size])
         elif ours:  # others among them: ours one by one
             for buf, _ in slots:
-                if bytes(buf[12:14]) == ETHERTYPE:
+                if _is_ours(buf):
                     port.send(buf[:ETH_HLEN + size])
         if ours:
             port.flush()
@@ -361,12 +367,10 @@ def datagram_cost(method: str, words: int, count: int, window: int) -> dict:
 
 
 def busy_seconds() -> float:
-    """CPU seconds every core of the machine has spent busy since boot (``/proc/stat``:
-    user, system, irq, softirq, steal; niced work is left out, as the run's
-    ``cpu_busy`` leaves it out: it yields to the benchmark)."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:]]
-    return (ticks[0] + ticks[2] + sum(ticks[5:8])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds every core of the machine has spent busy since boot, in the states
+    the fidelity verdict counts as busy (``BUSY_STATES``: niced work yields)."""
+    times = machine_times()
+    return sum(times[state] for state in BUSY_STATES)
 
 
 def floor_table(words: int, bits_list: list[int], workers_list: list[int], count: int,
