@@ -113,14 +113,15 @@ def take_burst(p, in_port: int, slots, lengths, frames: np.ndarray, level: int =
         return False
     member, slot_ids = found
     k = len(lengths)
-    bounds = [0, *(np.flatnonzero(np.diff(slot_ids) <= 0) + 1).tolist(), k]
+    bounds = [0, *(np.flatnonzero(slot_ids[1:] <= slot_ids[:-1]) + 1).tolist(), k]
     for a, b in zip(bounds, bounds[1:]):
         runs = [(a, b)]
         if shedding:
             shed = shed_mask(p, member, slot_ids[a:b], frames[a:b], level)
-            if shed.any():
-                p.shed_packets += int(shed.sum())
-                runs = [(a + x, a + y) for x, y in _runs(~shed)]
+            if shed is not None:
+                shed_count = int(np.count_nonzero(shed))
+                p.shed_packets += shed_count
+                runs = [] if shed_count == b - a else [(a + x, a + y) for x, y in _runs(~shed)]
         for x, y in runs:
             if p.pre.pending:  # results leave in the order of the frames that caused them
                 p.pre.flush()
@@ -134,15 +135,21 @@ def take_burst(p, in_port: int, slots, lengths, frames: np.ndarray, level: int =
 
 def _runs(keep: np.ndarray) -> list[tuple[int, int]]:
     """The runs of True in ``keep`` as ``(start, stop)``."""
-    edges = np.flatnonzero(np.diff(keep.view(np.int8), prepend=0, append=0))
-    return list(zip(edges[0::2].tolist(), edges[1::2].tolist()))
+    edges = (np.flatnonzero(keep[1:] != keep[:-1]) + 1).tolist()
+    starts = edges[1::2] if keep[0] else edges[0::2]
+    stops = edges[0::2] if keep[0] else edges[1::2]
+    if keep[0]:
+        starts = [0, *starts]
+    if keep[-1]:
+        stops = [*stops, len(keep)]
+    return list(zip(starts, stops))
 
 
 SHED_FULL = 1 << 16  # a shed level of SHED_FULL sheds every use not opened yet
 
 
 def shed_mask(p, member: tuple, slot_ids: np.ndarray, frames: np.ndarray,
-              level: int) -> np.ndarray:
+              level: int) -> np.ndarray | None:
     """Which contributions of one member's window (distinct slots) to shed at shed
     level ``level`` (1..SHED_FULL): whole slot uses, never part of one.
 
@@ -159,29 +166,53 @@ def shed_mask(p, member: tuple, slot_ids: np.ndarray, frames: np.ndarray,
       shed is ``level / SHED_FULL`` (``p.shed_due``: frames owed to shedding).
     * A retransmission of a completed use (its result is answered one by one) is
       shed at a level above 0: the worker sends it again.
+
+    None where nothing is shed. The common case (no use of the window half shed)
+    takes a short way with the same outcome.
     """
     worker, n_workers = member[0], member[3]
-    mask = np.uint32(1 << worker)
+    bit = 1 << worker
     copies = slot_ids + frames[:, _VER].astype(np.intp) * p.pool_slots
     ours = p.agg_owner[copies] == int(frames[0, _JOB].view(">u2")[0])  # else: not begun
-    opened = (p.agg_count[copies] != 0) & ours
-    seen = ((p.agg_seen[copies] & mask) != 0) & ours
+    opened = p.agg_count[copies] != 0
+    opened &= ours
+    seen = (p.agg_seen[copies] & bit) != 0
+    seen &= ours
+    fresh = ~(opened | seen)
     was = p.shed_held[copies]
-    fresh = ~opened & ~seen
-    held = np.where((was & mask) != 0, 0, was)  # shed before: judged afresh
-    shed = fresh & (held != 0)
-    undecided = fresh & (held == 0)
-    count = int(undecided.sum())
-    if count:
-        p.shed_due += count * level / SHED_FULL
-        if p.shed_due >= count / 2:
-            p.shed_due -= count
-            shed |= undecided
-    held = np.where(shed, held | mask, held)
-    held[held == (1 << n_workers) - 1] = 0
-    p.shed_held[copies[fresh]] = held[fresh]
-    p.shed_pending += int(np.count_nonzero(held[fresh])) - int(np.count_nonzero(was[fresh]))
-    return shed | (~opened & seen) if level else shed
+    if not was.any():  # no use of the window half shed: the fresh ones are undecided
+        shed = None
+        count = int(np.count_nonzero(fresh))
+        if count:
+            p.shed_due += count * level / SHED_FULL
+            if p.shed_due >= count / 2:
+                p.shed_due -= count
+                shed = fresh
+                if n_workers > 1:
+                    p.shed_held[copies[fresh]] = bit
+                    p.shed_pending += count
+    else:
+        held = np.where((was & bit) != 0, 0, was)  # shed before: judged afresh
+        shed = fresh & (held != 0)
+        undecided = fresh & (held == 0)
+        count = int(np.count_nonzero(undecided))
+        if count:
+            p.shed_due += count * level / SHED_FULL
+            if p.shed_due >= count / 2:
+                p.shed_due -= count
+                shed |= undecided
+        held = np.where(shed, held | bit, held)
+        held[held == (1 << n_workers) - 1] = 0
+        p.shed_held[copies[fresh]] = held[fresh]
+        p.shed_pending += (int(np.count_nonzero(held[fresh]))
+                           - int(np.count_nonzero(was[fresh])))
+        if not shed.any():
+            shed = None
+    if level:
+        retx = seen & ~opened  # retransmissions of completed uses
+        if retx.any():
+            shed = retx if shed is None else shed | retx
+    return shed
 
 
 def apply_window(p, in_port: int, slots, lengths, frames: np.ndarray, found=None) -> bool:
