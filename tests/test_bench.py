@@ -56,8 +56,28 @@ def test_switch_csv_has_a_row_per_point_with_the_range_of_its_runs(tmp_path):
         assert int(r["aggregated_min"]) <= agg <= int(r["aggregated_max"]) <= 1.02 * offered
         assert agg > 0.5 * offered  # far below the switch's peak: nearly all of it
         assert r["peak_pps"] == ""  # rates given: no overload point
+        assert (r["switch_cpu"], r["throttled"]) == ("", "0")  # a whole core, never stopped
         # the printed table has the same mean
         assert f"{agg:,}" in out.stdout
+
+
+@pytest.mark.root
+def test_switch_cpu_limits_the_switch_and_leaves_no_cgroup(tmp_path):
+    """--switch-cpu puts the switch in a cgroup of its own whose CFS bandwidth stops
+    it once its share is used up (counted in cpu.stat), and removes it afterwards."""
+    from pathlib import Path
+    path = tmp_path / "switch.csv"
+    before = set(Path("/sys/fs/cgroup/cpu").glob("qaina-bench-*"))
+    out = run(["switch", "--bits", "4", "--rate", "100000", "--seconds", "1",
+               "--switch-cpu", "0.1", "--csv", str(path)], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "the switch gets 0.1 of its core (CFS bandwidth: 1 ms of CPU time per 10 ms)" \
+        in out.stdout
+    (row,) = rows(path)
+    assert row["switch_cpu"] == "0.1"
+    # 100 kpps take the switch far more than 1 ms of every 10: the limit stopped it
+    assert int(row["throttled"]) > 0
+    assert set(Path("/sys/fs/cgroup/cpu").glob("qaina-bench-*")) == before
 
 
 @pytest.mark.root
@@ -206,6 +226,7 @@ def test_scale_csv_has_a_row_per_run_and_the_printed_spread(tmp_path):
     (["switch", "--seconds", "0"], "'--seconds': 0.0 is not in the range 0.1<=x<=3600"),
     (["switch", "--repeat", "0"], "'--repeat': 0 is not in the range 1<=x<=100"),
     (["switch", "--bits", "9"], "'--bits': '9' is not one of"),
+    (["switch", "--switch-cpu", "2"], "'--switch-cpu': 2.0 is not in the range 0.05<=x<=1.0"),
     (["testbed", "--bw", "0"], "'--bw': 0.0 is not in the range 0.001<=x<=1000"),
     (["testbed", "--iterations", "0"], "'--iterations': 0 is not in the range x>=1"),
     (["testbed", "--slots", "0"], "'--slots': 0 is not in the range 1<=x<=512"),

@@ -111,6 +111,72 @@ class VethPorts:
             subprocess.run(["ip", "link", "del", sw], capture_output=True)
 
 
+class SwitchCpu:
+    """A cgroup (v1 ``cpu`` controller) that gives the benchmark's switch ``share`` of
+    one core by CFS bandwidth: at most 1 ms of CPU time per period of ``1 / share``
+    ms, so that it is never stopped longer than that. A switch slowed so is what
+    lets a sender that cannot outrun a whole core offer it twice its peak. Listed in
+    ``record`` before it is made, removed by ``remove``."""
+
+    ROOT = Path("/sys/fs/cgroup/cpu")
+    QUOTA_US = 1000  # the least quota CFS takes
+
+    def __init__(self, share: float, record: RunRecord):
+        self.path = self.ROOT / f"qaina-bench-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+        self.period_us = round(self.QUOTA_US / share)
+        record.add_cgroups([str(self.path)])
+        record.save()
+        self.path.mkdir()
+        try:
+            (self.path / "cpu.cfs_period_us").write_text(str(self.period_us))
+            (self.path / "cpu.cfs_quota_us").write_text(str(self.QUOTA_US))
+            got = int((self.path / "cpu.cfs_quota_us").read_text())
+            if got != self.QUOTA_US:
+                raise OSError(f"{self.path}: cpu.cfs_quota_us reads {got}, not "
+                              f"{self.QUOTA_US}")
+        except BaseException:
+            self.remove()
+            raise
+
+    @staticmethod
+    def problem() -> str | None:
+        """Why a switch cannot be CPU-limited here, in one line; None when it can."""
+        root = SwitchCpu.ROOT
+        if not (root / "cpu.cfs_quota_us").exists():
+            return (f"--switch-cpu needs the cgroup v1 cpu controller with CFS bandwidth "
+                    f"({root}/cpu.cfs_quota_us is missing); run without --switch-cpu")
+        if not os.access(root, os.W_OK):
+            return f"--switch-cpu makes a cgroup in {root}, which is read-only here"
+        return None
+
+    def add(self, pid: int):
+        """Put process ``pid``, every thread of it, into the cgroup."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def throttled(self) -> int:
+        """Periods in which the cgroup used up its quota and was stopped."""
+        for line in (self.path / "cpu.stat").read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == "nr_throttled":
+                return int(value)
+        return 0
+
+    def remove(self) -> bool:
+        """Remove the cgroup (once its processes are gone: tried for up to 3 s); False
+        if it is still busy."""
+        deadline = time.monotonic() + 3.0
+        while True:
+            try:
+                self.path.rmdir()
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.05)
+
+
 BURST = 128  # frames the sender offers at once (a window of 32 from each worker)
 
 
@@ -130,16 +196,19 @@ DEFAULT_RATES = {"embedded": [100_000, 200_000, 300_000, 400_000, 500_000],
 
 
 def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Path,
-                 words: int = QAINA_WORDS) -> dict:
-    """Offer ``rate`` contributions/s for ``seconds`` to a switch of target ``kind``;
-    return what the switch did."""
+                 words: int = QAINA_WORDS, cpu_share: float | None = None) -> dict:
+    """Offer ``rate`` contributions/s for ``seconds`` to a switch of target ``kind``
+    (given ``cpu_share`` of its core, ``SwitchCpu``, if set); return what the switch
+    did."""
     # What the benchmark starts is recorded like a run's: `clean` (or the next `up`)
     # removes it if the benchmark is killed outright.
     record = RunRecord(f"bench-{os.getpid()}-{time.monotonic_ns() % 10**9}")
-    veths = target = conn = None
+    veths = target = conn = cpu = None
     socks = []
     try:
         veths = VethPorts(WORKERS, record)
+        if cpu_share is not None:
+            cpu = SwitchCpu(cpu_share, record)
         extra = {"thrift_port": _free_port()} if kind == "bmv2" else {}
         target = make_target(kind, "bench", {i + 1: sw for i, (sw, _) in
                                              enumerate(veths.names)},
@@ -151,6 +220,8 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
             record.save()
         target.start()
         record.add_process(target.pid, "benchmark switch")
+        if cpu is not None:
+            cpu.add(target.pid)
         conn = SwitchConnection("bench", target.grpc_addr, 1, p4info=program.p4info(words))
         target.wait_ready(conn)
         conn.arbitrate()
@@ -183,7 +254,8 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
                "fp32_gbps": elems * 32 / elapsed / 1e9,
                "sent": sent, "aggregated": aggregated, "closed": closed,
                "duplicates": drops.get(Drop.DUPLICATE, (0, 0))[0],
-               "retx_answered": counters["MyIngress.retx_answered"].get(0, (0, 0))[0]}
+               "retx_answered": counters["MyIngress.retx_answered"].get(0, (0, 0))[0],
+               "cpu_share": cpu_share, "throttled": cpu.throttled() if cpu else 0}
     finally:
         for s in socks:
             s.close()
@@ -191,9 +263,11 @@ def switch_bench(kind: str, bits: int, rate: float, seconds: float, workdir: Pat
             conn.close()
         if target is not None:
             target.stop()
+        busy = cpu is not None and not cpu.remove()
         if veths is not None:
             veths.remove()
-        record.close()
+        if not busy:  # else the record keeps the cgroup for `clean`
+            record.close()
     out.update(_switch_stats(target.log_path))
     return out
 
@@ -285,18 +359,24 @@ def testbed_tables(tables, opts: dict, csv_path=None):
 
 
 def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
-                 repeat: int = 1, words_list=(QAINA_WORDS,), csv_path=None) -> int:
+                 repeat: int = 1, words_list=(QAINA_WORDS,), csv_path=None,
+                 cpu_share: float | None = None) -> int:
     """Print offered and aggregated pps per target, bit width, payload size and rate
     (mean, and the range over ``repeat`` runs); with two targets, the ratio of their
     best means. Without ``rates``: a sweep, then twice its peak (the most aggregated,
     mean of the runs), and how much of the peak the switch keeps there (overload).
-    ``csv_path`` gets a row per point (``point_row``), written once all are measured."""
+    ``csv_path`` gets a row per point (``point_row``), written once all are measured.
+    ``cpu_share``: the switch gets that share of its core (``SwitchCpu``), and the
+    default sweep's rates are scaled by it."""
     from ..switches.targets import bmv2_missing, toolchain
     if "bmv2" in kinds and bmv2_missing():
         print(f"bmv2: {bmv2_missing()}")
         return 2
     if "bmv2" in kinds:
         print(f"bmv2: {toolchain()['simple_switch_grpc']}")
+    if cpu_share is not None:
+        print(f"the switch gets {cpu_share:g} of its core (CFS bandwidth: 1 ms of CPU "
+              f"time per {1 / cpu_share:g} ms)")
     print(f"{'target':>8} {'bits':>4} {'m':>2} {'words':>5} {'offered pps':>12} "
           f"{'aggregated pps':>15} {'range':>17} {'agg %':>6} {'done %':>6} {'kdrop %':>7} "
           f"{'shed %':>6} {'fp32 Gbit/s':>11}")
@@ -305,7 +385,7 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
     rows: list[dict] = []
     with recorded_workdir() as tmp:
         def point(kind, bits, words, rate):
-            runs = [switch_bench(kind, bits, rate, seconds, tmp, words)
+            runs = [switch_bench(kind, bits, rate, seconds, tmp, words, cpu_share)
                     for _ in range(repeat)]
             _print_point(kind, bits, words, runs)
             rows.append(point_row(kind, bits, words, runs))
@@ -315,7 +395,7 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
             for bits in bits_list:
                 for words in words_list:
                     key = kind, bits, words
-                    for rate in rates or DEFAULT_RATES[kind]:
+                    for rate in rates or [r * (cpu_share or 1) for r in DEFAULT_RATES[kind]]:
                         runs = point(kind, bits, words, rate)
                         mean = float(np.mean([r["aggregated_pps"] for r in runs]))
                         best[key] = max(best.get(key, 0.0), mean)
@@ -345,14 +425,16 @@ def switch_table(kinds: list[str], bits_list: list[int], rates, seconds: float,
 
 def point_row(kind: str, bits: int, words: int, runs: list[dict]) -> dict:
     """One point of the table as a CSV row: target, width, build, offered and aggregated
-    pps (mean, min, max over the runs); ``peak_pps`` is set on the overload point (twice
-    the peak offered) only."""
+    pps (mean, min, max over the runs), the switch's share of its core (``--switch-cpu``,
+    empty if whole) and the CFS periods in which that limit stopped it (summed over the
+    runs); ``peak_pps`` is set on the overload point (twice the peak offered) only."""
     agg = [r["aggregated_pps"] for r in runs]
     return {"target": "BMv2" if kind == "bmv2" else kind, "bits": bits, "words": words,
             "runs": len(runs),
             "offered_pps": round(float(np.mean([r["offered_pps"] for r in runs]))),
             "aggregated_pps": round(float(np.mean(agg))), "aggregated_min": round(min(agg)),
-            "aggregated_max": round(max(agg))}
+            "aggregated_max": round(max(agg)), "switch_cpu": runs[0].get("cpu_share"),
+            "throttled": sum(r.get("throttled", 0) for r in runs)}
 
 
 def _print_point(kind: str, bits: int, words: int, runs: list[dict]):

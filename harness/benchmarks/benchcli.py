@@ -42,9 +42,13 @@ def bench():
 @click.option("--payload-words", "words", type=click.Choice([str(w) for w in PAYLOAD_WORDS]),
               multiple=True, default=[str(QAINA_WORDS)], show_default=True,
               help="the qaina.p4 build (repeat to compare)")
+@click.option("--switch-cpu", "cpu_share", type=Within(0.05, 1.0),
+              help="give the switch this share of its core (cgroup CPU bandwidth) and "
+                   "scale the default sweep by it, so that a sender that cannot outrun "
+                   "a whole core still offers twice the peak")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
               help="write a row per point to this CSV file too")
-def bench_switch(targets, bits, rate, seconds, repeat, words, csv_path):
+def bench_switch(targets, bits, rate, seconds, repeat, words, cpu_share, csv_path):
     """Aggregation packets/s through one switch on one core, same frames and pacing
     for every target (root)."""
     from . import bench as b
@@ -53,10 +57,12 @@ def bench_switch(targets, bits, rate, seconds, repeat, words, csv_path):
     need_root("switch")
     if "bmv2" in targets and bmv2_missing():
         fail(f"--target bmv2: {bmv2_missing()}")
+    if cpu_share is not None and b.SwitchCpu.problem():
+        fail(b.SwitchCpu.problem())
     check_csv(csv_path)
     with benchmark_errors(NOTHING_KEPT):
         b.switch_table(list(targets), [int(x) for x in bits], list(rate), seconds, repeat,
-                       [int(w) for w in words], csv_path)
+                       [int(w) for w in words], csv_path, cpu_share)
 
 
 @bench.command("testbed")
