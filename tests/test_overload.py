@@ -297,3 +297,19 @@ def test_a_port_flooded_with_junk_sheds_alone(tmp_path_factory, kind):
     assert ports[flood]["rx"] + ports[flood]["rx_dropped"] >= junk  # the flood got there
     assert all(ports[w.port]["shed"] == 0 for w in job.workers), ports
     assert closed == 2 * uses, f"{closed} of {2 * uses} uses aggregated"
+
+
+def test_runs_of_kept_frames_are_every_run_of_true():
+    """``burst._runs`` against a plain walk, for every mask of up to 8 frames."""
+    import itertools
+    from qaina_bench.p4.embedded.burst import _runs
+    for n in range(1, 9):
+        for bits in itertools.product([False, True], repeat=n):
+            want, start = [], None
+            for i, b in enumerate((*bits, False)):
+                if b and start is None:
+                    start = i
+                elif not b and start is not None:
+                    want.append((start, i))
+                    start = None
+            assert _runs(np.array(bits)) == want, bits

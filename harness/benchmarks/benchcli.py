@@ -57,8 +57,9 @@ def bench_switch(targets, bits, rate, seconds, repeat, words, cpu_share, csv_pat
     need_root("switch")
     if "bmv2" in targets and bmv2_missing():
         fail(f"--target bmv2: {bmv2_missing()}")
-    if cpu_share is not None and b.SwitchCpu.problem():
-        fail(b.SwitchCpu.problem())
+    problem = b.SwitchCpu.problem() if cpu_share is not None else None
+    if problem:
+        fail(problem)
     check_csv(csv_path)
     with benchmark_errors(NOTHING_KEPT):
         b.switch_table(list(targets), [int(x) for x in bits], list(rate), seconds, repeat,

@@ -136,13 +136,8 @@ def take_burst(p, in_port: int, slots, lengths, frames: np.ndarray, level: int =
 def _runs(keep: np.ndarray) -> list[tuple[int, int]]:
     """The runs of True in ``keep`` as ``(start, stop)``."""
     edges = (np.flatnonzero(keep[1:] != keep[:-1]) + 1).tolist()
-    starts = edges[1::2] if keep[0] else edges[0::2]
-    stops = edges[0::2] if keep[0] else edges[1::2]
-    if keep[0]:
-        starts = [0, *starts]
-    if keep[-1]:
-        stops = [*stops, len(keep)]
-    return list(zip(starts, stops))
+    edges = [0] * bool(keep[0]) + edges + [len(keep)] * bool(keep[-1])
+    return list(zip(edges[0::2], edges[1::2]))
 
 
 SHED_FULL = 1 << 16  # a shed level of SHED_FULL sheds every use not opened yet
