@@ -14,21 +14,35 @@ Payload words are big-endian on the wire: the kernels take them as native
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit as _njit
+
+
+def njit(**options):
+    """numba's ``njit(cache=True, **options)``; without the on-disk cache where numba
+    finds no directory it may write (a user whose home is not writable, a read-only
+    checkout), which then compiles on first use in each process."""
+    def compile_(fn):
+        try:
+            return _njit(cache=True, **options)(fn)
+        except RuntimeError as exc:  # "cannot cache function ...: no locator available"
+            if "no locator" not in str(exc):
+                raise
+            return _njit(**options)(fn)
+    return compile_
 
 
 _B0, _B1 = np.uint64(0xFF), np.uint64(0xFF00)
 _S8, _S24 = np.uint64(8), np.uint64(24)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _swap(word):
     """The 32-bit ``word`` with its bytes reversed (as uint64)."""
     w = np.uint64(word)
     return ((w & _B0) << _S24) | ((w & _B1) << _S8) | ((w >> _S8) & _B1) | ((w >> _S24) & _B0)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _level(v, gain, noise, i, stochastic, centre, zero, top):
     """Offset-binary lane value of one element: ``floor(clip(v * gain + noise[i] +
     centre, 0, top))`` (as int64: ``top`` < 2**31, so truncating is flooring)."""
@@ -43,7 +57,7 @@ def _level(v, gain, noise, i, stochastic, centre, zero, top):
     return np.int64(y)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def quantize_pack(values, gains, noise, centre, top, chunk_elems, lanes, width, offset,
                   out, levels):
     """Chunk ``r`` of ``values`` (``chunk_elems`` elements, the last may be short) into
@@ -89,7 +103,7 @@ def quantize_pack(values, gains, noise, centre, top, chunk_elems, lanes, width, 
             out[r, k] = _swap(word)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def unpack_scale(words, count, lanes, width, bias, sign_workers, factors, chunk_elems,
                  out, sums, scratch):
     """The first ``count`` lane sums of ``words`` (native view of big-endian payload
@@ -132,7 +146,7 @@ def unpack_scale(words, count, lanes, width, bias, sign_workers, factors, chunk_
                     left = chunk_elems
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def relative_error(value, exact):
     """``||value - exact|| / max(||exact||, 1e-30)`` in one pass, summed in float64."""
     diff = 0.0
