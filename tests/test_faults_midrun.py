@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -133,7 +134,46 @@ def test_a_link_taken_down_at_either_end_is_named_with_what_it_stopped(tmp_path,
     assert says in line and line.endswith("; links not up: s1-eth2 to h2 (down)"), line
     if end == "host":  # on a line of its own, not after the progress line
         assert any(x.startswith("results so far: ") for x in text.splitlines()), text
+    else:  # said as it happened, on a line of its own, before the timeout's
+        lines = text.splitlines()
+        said = [i for i, x in enumerate(lines) if x.startswith("  link s1-eth2 to h2 is down (")]
+        assert len(said) == 1 and said[0] < lines.index(line), text
+        assert lines[said[0]].endswith(" s): the jobs that cross it wait for it; their "
+                                       "agents give up after 30 s without a result"), text
+        summary = json.loads((tmp_path / "link-down" / "summary.json").read_text())
+        [outage] = summary["link_outages"]
+        assert (outage["link"], outage["state"], outage["up_s"]) == ("s1-eth2 to h2", "down",
+                                                                     None), outage
+        assert (f"link s1-eth2 to h2 was down from {outage['down_s']:.1f} s until the jobs "
+                "ended after the jobs started: the iterations it held up measure the "
+                "outage") in summary["validity"]["warnings"], summary["validity"]
     assert record_of("link-down") is None and leftovers(record) == []
+
+
+def test_a_link_that_goes_down_and_comes_back_is_said_both_times_and_warned_of(tmp_path):
+    """A switch's link down for 2 s while the jobs run: said when it goes and when it
+    comes back, the jobs then complete (their agents retransmit what it lost), and the
+    summary keeps the outage, with a warning that its iterations measure it."""
+    def flap(record):
+        subprocess.run(["ip", "link", "set", "s1-eth2", "down"], check=True, timeout=30)
+        time.sleep(2.0)
+        subprocess.run(["ip", "link", "set", "s1-eth2", "up"], check=True, timeout=30)
+
+    code, text, record = fault_mid_run(tmp_path, "link-flap", flap)
+    assert code == 0, text
+    lines = text.splitlines()
+    down = [x for x in lines if x.startswith("  link s1-eth2 to h2 is down (")]
+    up = [x for x in lines if x.startswith("  link s1-eth2 to h2 is up again (")]
+    assert len(down) == 1 and len(up) == 1 and lines.index(down[0]) < lines.index(up[0]), text
+    summary = json.loads((tmp_path / "link-flap" / "summary.json").read_text())
+    assert summary["status"] == "complete"
+    [outage] = summary["link_outages"]
+    assert outage["link"] == "s1-eth2 to h2" and outage["state"] == "down"
+    assert 0.8 <= outage["up_s"] - outage["down_s"] <= 8.0, outage  # looked at once a second
+    assert (f"link s1-eth2 to h2 was down from {outage['down_s']:.1f} s to "
+            f"{outage['up_s']:.1f} s after the jobs started: the iterations it held up "
+            "measure the outage") in summary["validity"]["warnings"]
+    assert record_of("link-flap") is None and leftovers(record) == []
 
 
 @pytest.mark.parametrize("node, signum, said", [

@@ -32,3 +32,21 @@ def test_elsewhere_a_line_at_most_every_few_seconds_and_the_last_one_at_the_end(
     p.show("y")
     p.end()  # nothing again: the last line is out already
     assert out == [("x", True), ("y", True)]
+
+
+def test_a_line_said_meanwhile_goes_over_the_progress_line_which_is_drawn_again():
+    out, echo = _recorder()
+    p = Progress(echo, terminal=True)
+    p.say("before any progress")
+    p.show("iterations 3/12  ( 10.0 s)")
+    p.say("  link x")
+    p.end()
+    assert out == [("before any progress", True), ("\riterations 3/12  ( 10.0 s)", False),
+                   ("\r  link x".ljust(len("\riterations 3/12  ( 10.0 s)")), True),
+                   ("\riterations 3/12  ( 10.0 s)", False), ("", True)]
+    out.clear()
+    p = Progress(echo, terminal=False, every=3600)
+    p.show("iterations 1/2")
+    p.say("  link x")
+    p.end()
+    assert out == [("iterations 1/2", True), ("  link x", True)]

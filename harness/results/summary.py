@@ -247,6 +247,15 @@ def loss_summary(applied: dict | None, percent: float | None) -> dict | None:
     return out
 
 
+def outage_warnings(outages: list[dict]) -> list[str]:
+    """A warning for each link that went down while the jobs ran (``LinkWatch``): the
+    iterations it held up measure the outage, not the network."""
+    return [f"link {o['link']} was {o['state']} from {o['down_s']:.1f} s "
+            + (f"to {o['up_s']:.1f} s" if o["up_s"] is not None else "until the jobs ended")
+            + " after the jobs started: the iterations it held up measure the outage"
+            for o in outages]
+
+
 def loss_warnings(loss: dict | None, links: dict) -> list[str]:
     """Warnings for loss asked for but not made: rules' counters unread, frames a
     switch interface sent that its rule never saw, or far fewer losses than the rate
@@ -356,6 +365,8 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
         "jobs": jobs,
         "link_bytes": link_summary(link_samples),
         "link_loss": loss_summary(meta.get("link_loss"), cfg.network.loss),
+        # links of this machine's switches that went down while the jobs ran
+        "link_outages": meta.get("link_outages") or [],
         "tier_bytes": tier_bytes(link_summary(link_samples), meta.get("interfaces") or {}),
         "interfaces": meta.get("interfaces"),  # switch interface -> node at its far end
         "processes": meta.get("processes"),  # what the run started: component, job
@@ -379,6 +390,7 @@ def summarise(writer: ResultWriter, cfg, meta: dict, agents: list[dict]) -> dict
     summary["validity"]["warnings"] += loss_warnings(summary["link_loss"],
                                                      summary["link_bytes"])
     summary["validity"]["warnings"] += sampling_warnings(summary["slot_sampling"])
+    summary["validity"]["warnings"] += outage_warnings(summary["link_outages"])
     write_summary(writer.dir / "summary.json", summary)
     try:
         plot(writer.dir, rows, slot_samples, meta)

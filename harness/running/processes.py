@@ -278,6 +278,11 @@ def named_cause(exc: Exception, testbed, starter) -> Exception:
 def links_down(testbed) -> list[str]:
     """The links of this machine's switches whose switch end is not up (taken down at
     either end, or removed): ``s1-eth2 to h2 (down)`` each."""
+    return [f"{link} ({state})" for link, state in link_states_down(testbed)]
+
+
+def link_states_down(testbed) -> list[tuple[str, str]]:
+    """(``s1-eth2 to h2``, its state) for each link of ``links_down``."""
     here = {intf.name for sw in testbed.net.switches if getattr(sw, "server_key", None) is None
             for intf in sw.intfList() if intf.name != "lo"}
     out = []
@@ -289,8 +294,42 @@ def links_down(testbed) -> list[str]:
         except OSError:
             state = "removed"
         if state not in ("up", "unknown"):  # (unknown: a device that has no carrier)
-            out.append(f"{name} to {peer} ({state})")
+            out.append((f"{name} to {peer}", state))
     return out
+
+
+class LinkWatch:
+    """Says at once when a link of this machine's switches goes down, or comes back,
+    while the jobs run (their agents wait for it, and give up after 30 s without a
+    result), and keeps each outage for the summary: ``outages``, each a link with the
+    seconds after ``t0`` it went down and came back (None: not before the jobs
+    ended)."""
+
+    def __init__(self, testbed, t0: float, say, every: float = 1.0):
+        self.testbed, self.t0, self.say, self.every = testbed, t0, say, every
+        self.outages: list[dict] = []
+        self.at = float("-inf")
+
+    def check(self, now: float):
+        """Look at the links if ``every`` seconds have passed since the last look."""
+        if now - self.at < self.every or self.testbed is None or self.testbed.net is None:
+            return
+        self.at = now
+        down = dict(link_states_down(self.testbed))
+        open_ = {o["link"]: o for o in self.outages if o["up_s"] is None}
+        for link, state in down.items():
+            if link not in open_:
+                self.outages.append({"link": link, "state": state,
+                                     "down_s": round(now - self.t0, 1), "up_s": None})
+                self.say(f"  link {link} is {state} ({now - self.t0:.1f} s): the jobs that "
+                         "cross it wait for it; their agents give up after 30 s without "
+                         "a result")
+        for link, outage in open_.items():
+            if link not in down:
+                outage["up_s"] = round(now - self.t0, 1)
+                self.say(f"  link {link} is up again ({now - self.t0:.1f} s, "
+                         f"{outage['up_s'] - outage['down_s']:.1f} s after it went "
+                         f"{outage['state']})")
 
 
 def end_popens(popens: list):

@@ -38,6 +38,14 @@ class Progress:
         elif time.monotonic() - self.at >= self.every:
             self._write(line)
 
+    def say(self, line: str):
+        """A line of its own; on a terminal the progress line is drawn again under it."""
+        if self.terminal and self.shown:
+            self.echo("\r" + line.ljust(len(self.shown)))  # over the progress line
+            self.echo("\r" + self.shown, nl=False)
+        else:
+            self.echo(line)
+
     def end(self):
         """The line ends (a terminal's) or the last one is written (elsewhere)."""
         if self.terminal:

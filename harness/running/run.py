@@ -47,9 +47,9 @@ from .sampling import Sampler
 from .progress import Progress
 from ..trainscript import ScriptLauncher
 from .starter import Starters
-from .processes import (AgentProcess, RunError, agent_env, deferred_signals, end_on_termination,
-                        failed_text, ignored_signals, named_cause, end_popens,
-                        unfinished)
+from .processes import (AgentProcess, LinkWatch, RunError, agent_env, deferred_signals,
+                        end_on_termination, failed_text, ignored_signals, named_cause,
+                        end_popens, unfinished)
 
 
 def build_topology(cfg: RunConfig, netem: bool = True):
@@ -140,6 +140,7 @@ class Run:
         self.signalled = False
         self.switch_program: dict = {"target": cfg.network.target}  # what ran the switches
         self.sampler: Sampler | None = None
+        self.links: LinkWatch | None = None  # links that went down while the jobs ran
         self.ledger = CpuLedger()  # CPU seconds of every process, agents' go to their end
         self.interfaces: dict[str, str] = {}  # switch interface -> node at its far end
         self.events: dict[str, float] = {"invoked": self.t_invoked}
@@ -498,6 +499,7 @@ class Run:
         jobs = sorted({a.job for a in self.agents})
         total = self.cfg.workload.iterations * len(jobs)  # a job's: all its workers'
         progress = Progress(self.echo)
+        self.links = LinkWatch(self.testbed, t0, progress.say)
         try:
             while True:
                 # Read first, so that the pass that ends the loop has checked every agent
@@ -514,6 +516,7 @@ class Run:
                 if self.admission is not None and self.admission.waiting:
                     line += f", {self.admission.waiting} job(s) not admitted yet"
                 progress.show(line)
+                self.links.check(time.time())
                 if ended:
                     break
                 if time.time() - t0 > self.cfg.output.timeout:
