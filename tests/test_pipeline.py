@@ -17,6 +17,7 @@ import threading
 import numpy as np
 import pytest
 
+from qaina_bench.hosts import kernels
 from qaina_bench.hosts.collective import MODES, HostCollective
 from qaina_bench.hosts.compression import CodecConfig
 from qaina_bench.hosts.evaluate import Aggregation, Scheme
@@ -71,6 +72,11 @@ def ring_sums(trace, scheme: Scheme, iterations: int) -> list[list[np.ndarray]]:
         finally:
             collective.close()
 
+    # Compiled here first: numba parses a function's source as it compiles it, and on
+    # Python 3.11 ASTs made in several threads at once can fail with "AST constructor
+    # recursion depth mismatch" (CPython gh-106905); agents compile in processes of
+    # their own.
+    kernels.warm()
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(WORKERS)]
     for t in threads:
         t.start()

@@ -140,7 +140,6 @@ class Run:
         self.signalled = False
         self.switch_program: dict = {"target": cfg.network.target}  # what ran the switches
         self.sampler: Sampler | None = None
-        self.links: LinkWatch | None = None  # links that went down while the jobs ran
         self.ledger = CpuLedger()  # CPU seconds of every process, agents' go to their end
         self.interfaces: dict[str, str] = {}  # switch interface -> node at its far end
         self.events: dict[str, float] = {"invoked": self.t_invoked}

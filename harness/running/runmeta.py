@@ -66,7 +66,7 @@ def write_results(run) -> dict:
             "interfaces": run.interfaces, "cpu_time": readings,
             "switch_ports": switch_ports(run), "clock_offsets": clocks or None,
             "warnings": list(run.files.problems), "link_loss": applied_loss(run),
-            "link_outages": run.links.outages if run.links is not None else [],
+            "link_outages": getattr(run, "links", None) and run.links.outages or [],
             "processes": [{"name": p.name, "component": p.component, "job": p.job}
                           for p in run.ledger.tracked.values()],
             "jobs": [{"job_id": j.job_id, "index": j.index, "bits": j.fmt.bits,
