@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -68,6 +70,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def as_nobody(*argv, env=None, timeout=300) -> subprocess.CompletedProcess:
+    """``python argv`` (this interpreter) as an unprivileged user: nobody when root runs
+    the tests (root reads and writes everything), else the user running them."""
+    drop = (["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+            if IS_ROOT else [])
+    if drop and not shutil.which("setpriv"):
+        pytest.skip("setpriv (util-linux) is missing: cannot run as another user")
+    return subprocess.run(drop + [sys.executable, *argv], capture_output=True, text=True,
+                          timeout=timeout, cwd="/", env=env)
 
 
 def ip(*args):

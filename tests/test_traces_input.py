@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from conftest import as_nobody
 from qaina_bench.harness.cli import main
 from qaina_bench.hosts.recorder import record
 from qaina_bench.hosts.traces import TraceError, TraceSet, write_trace
@@ -107,14 +106,8 @@ for name in sys.argv[1:]:
 
 
 def as_a_user(*names: str) -> list[str]:
-    """The lines of ``AS_USER`` run by an unprivileged user (nobody, when root runs the
-    tests: root reads every file)."""
-    drop = (["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-            if os.geteuid() == 0 else [])
-    if drop and not shutil.which("setpriv"):
-        pytest.skip("setpriv (util-linux) is missing: cannot run as another user")
-    run = subprocess.run(drop + [sys.executable, "-c", AS_USER, *names],
-                         capture_output=True, text=True, timeout=120, cwd="/")
+    """The lines of ``AS_USER`` run by an unprivileged user (``conftest.as_nobody``)."""
+    run = as_nobody("-c", AS_USER, *names, timeout=120)
     assert run.returncode == 0, run.stderr
     return run.stdout.splitlines()
 

@@ -4,11 +4,8 @@ in one line, wherever that user may write."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 
-import pytest
+from conftest import as_nobody
 
 
 #: the command line, as its entry point starts it
@@ -22,27 +19,21 @@ print("warm")
 """
 
 
-def as_nobody(*argv, home="/nonexistent"):
-    """``python argv`` as a user who may write nowhere (nobody with no home, when root
-    runs the tests), in the repository's environment."""
-    drop = (["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-            if os.geteuid() == 0 else [])
-    if drop and not shutil.which("setpriv"):
-        pytest.skip("setpriv (util-linux) is missing: cannot run as another user")
+def in_no_home(*argv):
+    """``python argv`` as an unprivileged user whose home does not exist, with no numba
+    settings of the environment's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
-    env["HOME"] = home
-    return subprocess.run(drop + [sys.executable, *argv], capture_output=True, text=True,
-                          timeout=300, cwd="/", env=env)
+    return as_nobody(*argv, env={**env, "HOME": "/nonexistent"})
 
 
 def test_a_user_who_may_write_nowhere_gets_the_one_line_not_a_traceback():
     """A user whose home is not writable (nobody, a service account) cannot keep the
     kernels' compiled cache: the command line still loads, says what is wrong in one
     line, and the kernels compile in the process instead."""
-    run = as_nobody("-c", AS_COMMAND, "up", "--topo", "star", "--jobs", "1")
+    run = in_no_home("-c", AS_COMMAND, "up", "--topo", "star", "--jobs", "1")
     lines = (run.stdout + run.stderr).strip().splitlines()
     assert run.returncode != 0 and lines == [
         "Error: qaina-bench up needs root (Mininet, veth, raw sockets): run it with "
         "sudo"], run.stderr
-    run = as_nobody("-c", AS_KERNELS)
+    run = in_no_home("-c", AS_KERNELS)
     assert run.returncode == 0 and run.stdout.split() == ["warm"], run.stderr

@@ -300,8 +300,8 @@ def link_states_down(testbed) -> list[tuple[str, str]]:
 
 class LinkWatch:
     """Says at once when a link of this machine's switches goes down, or comes back,
-    while the jobs run (their agents wait for it, and give up after 30 s without a
-    result), and keeps each outage for the summary: ``outages``, each a link with the
+    while the jobs run (their agents wait for it, and give up after their
+    ``stall_timeout`` without a result), and keeps each outage for the summary: ``outages``, each a link with the
     seconds after ``t0`` it went down and came back (None: not before the jobs
     ended)."""
 
@@ -322,8 +322,8 @@ class LinkWatch:
                 self.outages.append({"link": link, "state": state,
                                      "down_s": round(now - self.t0, 1), "up_s": None})
                 self.say(f"  link {link} is {state} ({now - self.t0:.1f} s): the jobs that "
-                         "cross it wait for it; their agents give up after 30 s without "
-                         "a result")
+                         "cross it wait for it; their agents give up after "
+                         f"{AgentConfig.stall_timeout:.0f} s without a result")
         for link, outage in open_.items():
             if link not in down:
                 outage["up_s"] = round(now - self.t0, 1)
